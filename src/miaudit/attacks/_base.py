@@ -1,0 +1,65 @@
+"""The attack interface: outputs of all models, the keep matrix, and a scoring method."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from miaudit.signals import SIGNALS
+
+
+@dataclass
+class AttackInput:
+    """Everything an attack may use.
+
+    logits: (M, N, Q, C) float32, every model x pool sample x query augmentation.
+    labels: (N,) int64 true labels.
+    keep:   (M, N) bool, keep[m, i] is True iff model m trained on sample i.
+    query_names: the Q query specs, in order.
+    """
+
+    logits: np.ndarray
+    labels: np.ndarray
+    keep: np.ndarray
+    query_names: list[str]
+    _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        models, samples = self.keep.shape
+        if self.logits.shape[:2] != (models, samples) or self.logits.ndim != 4:
+            raise ValueError(f"logits {self.logits.shape} do not match keep {self.keep.shape}")
+        if self.labels.shape != (samples,):
+            raise ValueError(f"labels {self.labels.shape} do not match {samples} samples")
+
+    @property
+    def num_models(self) -> int:
+        return self.keep.shape[0]
+
+    def signal(self, name: str) -> np.ndarray:
+        """(M, N, Q) float64 signal (see :mod:`miaudit.signals`), computed once and cached."""
+        if name not in self._signals:
+            if name not in SIGNALS:
+                raise KeyError(f"unknown signal {name!r}; valid: {sorted(SIGNALS)}")
+            self._signals[name] = SIGNALS[name](self.logits, self.labels[None, :, None])
+        return self._signals[name]
+
+    def query_index(self, names: list[str] | None) -> np.ndarray:
+        """Column indices of the given query specs (all queries when ``names`` is None)."""
+        if names is None:
+            return np.arange(len(self.query_names))
+        missing = [n for n in names if n not in self.query_names]
+        if missing:
+            raise ValueError(f"queries {missing} were not collected; have {self.query_names}")
+        return np.array([self.query_names.index(n) for n in names])
+
+
+class Attack:
+    """Base class. ``score`` returns (N,) membership scores for the target model, using only
+    the outputs of ``references`` (and their keep rows) as attacker knowledge."""
+
+    #: False for attacks that need no reference models (LOSS, Attack-P)
+    uses_references: bool = True
+
+    def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""defenses (see module docstrings)."""

@@ -1,0 +1,1 @@
+"""privacy (see module docstrings)."""

@@ -1,0 +1,225 @@
+"""The training loop shared by every recipe.
+
+A :class:`Recipe` supplies the objective (per-sample losses plus penalties) and hooks; :func:`fit`
+runs epochs over in-memory tensors with batch-wise augmentation, an optimizer and a per-step
+learning-rate schedule. Recipes that change the loop itself (DP-SGD's Poisson sampling, ANN-to-
+SNN conversion, replace-then-finetune) override :meth:`Recipe.prepare` or :meth:`Recipe.train`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from miaudit.training.augment import augment
+
+Batches = Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Optimization hyper-parameters of one training run."""
+
+    epochs: int = 30
+    batch_size: int = 128
+    optimizer: str = "sgd"  # sgd | adam | adamw
+    lr: float = 0.1
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"  # cosine | step | constant
+    warmup_epochs: float = 0.0
+    milestones: tuple[float, ...] = (0.5, 0.75)  # step schedule: fractions of training, x0.1
+    crop_padding: int = 0  # random crop after reflect padding; 0 disables
+    flip: bool = False  # random horizontal flip
+
+
+@dataclass
+class TrainEnv:
+    """Where and how reproducibly to train."""
+
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    seed: int = 0
+    progress: Callable[[int, int, dict[str, float]], None] | None = None  # (epoch, epochs, stats)
+
+
+@dataclass
+class FitState:
+    """Everything a recipe hook may inspect or replace during :func:`fit`."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    params: TrainParams
+    env: TrainEnv
+    x: torch.Tensor
+    y: torch.Tensor
+    x_val: torch.Tensor | None
+    y_val: torch.Tensor | None
+    generator: torch.Generator
+    batches: Batches
+    steps_per_epoch: int
+    log: dict[str, list[Any]] = field(default_factory=dict)
+    stop: bool = False
+
+    def record(self, **values: Any) -> None:
+        for key, value in values.items():
+            self.log.setdefault(key, []).append(value)
+
+
+class Penalty:
+    """A regularizer added to the mean loss; sees the model and the per-sample losses."""
+
+    def __call__(self, model: nn.Module, sample_losses: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Recipe:
+    """Empirical risk minimization with cross-entropy: the ``standard`` recipe and the base of
+    every other one."""
+
+    #: recipes that need held-out data (early stopping, MMD) set this; the pipeline then passes
+    #: ``x_val``/``y_val`` drawn from samples the model does not train on.
+    needs_validation: bool = False
+
+    def __init__(self, penalties: Sequence[Penalty] = ()):
+        self.penalties = list(penalties)
+
+    def architecture(self, model: nn.Module) -> nn.Module:
+        """Turn a freshly built registry model into the architecture this recipe outputs (so
+        saved weights can be loaded back); identity unless the recipe rebuilds the model."""
+        return model
+
+    def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
+              env: TrainEnv, x_val: torch.Tensor | None = None,
+              y_val: torch.Tensor | None = None) -> tuple[nn.Module, dict[str, list[Any]]]:
+        return fit(model, x, y, params, self, env, x_val, y_val)
+
+    def prepare(self, state: FitState) -> None:
+        """Called once before the first epoch; may replace model, optimizer or batches."""
+
+    def sample_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(x), y, reduction="none")
+
+    def objective(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        losses = self.sample_losses(model, x, y)
+        total = losses.mean()
+        for penalty in self.penalties:
+            total = total + penalty(model, losses)
+        return total
+
+    def end_epoch(self, state: FitState, epoch: int) -> None:
+        """Called after each epoch; may record values or set ``state.stop``."""
+
+
+def make_optimizer(model: nn.Module, params: TrainParams) -> torch.optim.Optimizer:
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if params.optimizer == "sgd":
+        return torch.optim.SGD(trainable, lr=params.lr, momentum=params.momentum,
+                               nesterov=params.nesterov and params.momentum > 0,
+                               weight_decay=params.weight_decay)
+    if params.optimizer == "adam":
+        return torch.optim.Adam(trainable, lr=params.lr, weight_decay=params.weight_decay)
+    if params.optimizer == "adamw":
+        return torch.optim.AdamW(trainable, lr=params.lr, weight_decay=params.weight_decay)
+    raise ValueError(f"unknown optimizer {params.optimizer!r}; valid: adam, adamw, sgd")
+
+
+def lr_factor(step: int, total_steps: int, params: TrainParams, steps_per_epoch: int) -> float:
+    """Multiplier of the base learning rate at optimizer step ``step`` (linear warm-up, then
+    cosine decay to 0, step decay x0.1 at the milestones, or constant)."""
+    warmup = int(params.warmup_epochs * steps_per_epoch)
+    if step < warmup:
+        return (step + 1) / warmup
+    if params.schedule == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    if params.schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    if params.schedule == "step":
+        return 0.1 ** sum(progress >= m for m in params.milestones)
+    raise ValueError(f"unknown schedule {params.schedule!r}; valid: constant, cosine, step")
+
+
+def shuffled_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                     generator: torch.Generator) -> Batches:
+    """Default sampler: a fresh seeded permutation each epoch, last partial batch kept."""
+
+    def epoch_batches(epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        order = torch.randperm(len(y), generator=generator)
+        for start in range(0, len(y), batch_size):
+            index = order[start : start + batch_size]
+            yield x[index], y[index]
+
+    return epoch_batches
+
+
+def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams, recipe: Recipe,
+        env: TrainEnv, x_val: torch.Tensor | None = None,
+        y_val: torch.Tensor | None = None) -> tuple[nn.Module, dict[str, list[Any]]]:
+    """Train ``model`` on (x, y) with ``recipe``'s objective; returns the model and a per-epoch
+    log (loss, accuracy, seconds, and whatever the recipe records)."""
+    generator = torch.Generator().manual_seed(env.seed)
+    torch.manual_seed(env.seed)  # model-internal randomness (dropout, SDE noise)
+    model = model.to(env.device)
+    state = FitState(
+        model=model, optimizer=make_optimizer(model, params), params=params, env=env, x=x, y=y,
+        x_val=x_val, y_val=y_val, generator=generator,
+        batches=shuffled_batches(x, y, params.batch_size, generator),
+        steps_per_epoch=max(1, math.ceil(len(y) / params.batch_size)),
+    )
+    recipe.prepare(state)
+    total_steps = params.epochs * state.steps_per_epoch
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        state.optimizer,
+        lambda step: lr_factor(step, total_steps, params, state.steps_per_epoch),
+    )
+    for epoch in range(params.epochs):
+        started = time.perf_counter()
+        state.model.train()
+        loss_sum, seen = 0.0, 0
+        for xb, yb in state.batches(epoch):
+            if len(yb) == 0:  # Poisson sampling can draw an empty batch
+                continue
+            xb = augment(xb, params.crop_padding, params.flip, generator)
+            xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
+            state.optimizer.zero_grad(set_to_none=True)
+            loss = recipe.objective(state.model, xb, yb)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}")
+            loss.backward()
+            state.optimizer.step()
+            schedule.step()
+            loss_sum += loss.item() * len(yb)
+            seen += len(yb)
+        state.record(epoch=epoch, loss=loss_sum / max(1, seen), seconds=time.perf_counter() - started)
+        recipe.end_epoch(state, epoch)
+        if env.progress is not None:
+            env.progress(epoch + 1, params.epochs, {"loss": state.log["loss"][-1]})
+        if state.stop:
+            break
+    state.model.eval()
+    return state.model, state.log
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, x: torch.Tensor, device: torch.device,
+                   batch_size: int = 512) -> torch.Tensor:
+    """Eval-mode logits for all of ``x`` (on CPU, float32)."""
+    model.eval()
+    outputs = [model(x[start : start + batch_size].to(device)).float().cpu()
+               for start in range(0, len(x), batch_size)]
+    return torch.cat(outputs) if outputs else torch.empty(0)
+
+
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> float:
+    """Top-1 accuracy in eval mode."""
+    if len(y) == 0:
+        return float("nan")
+    return (predict_logits(model, x, device).argmax(1) == y).float().mean().item()
