@@ -17,11 +17,9 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T", bound=Callable[..., Any])
 
 
-class UnknownNameError(KeyError):
-    """Raised for a name that no registry entry has."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0])
+class UnknownNameError(ValueError):
+    """Raised for a name that no registry entry has (a ValueError, so pydantic reports it
+    against the config field that named it)."""
 
 
 class Registry(Generic[T]):

@@ -26,7 +26,8 @@ def small_cnn(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
         cout = scaled(32 * 2**block, width)
         layers += _conv_block(cin, cout, pool=height // 2 ** (block + 1) >= 2)
         cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(cin, num_classes)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout),
+               nn.Linear(cin, num_classes)]
     return nn.Sequential(*layers)
 
 

@@ -198,7 +198,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             schedule.step()
             loss_sum += loss.item() * len(yb)
             seen += len(yb)
-        state.record(epoch=epoch, loss=loss_sum / max(1, seen), seconds=time.perf_counter() - started)
+        state.record(epoch=epoch, loss=loss_sum / max(1, seen),
+                     seconds=time.perf_counter() - started)
         recipe.end_epoch(state, epoch)
         if env.progress is not None:
             env.progress(epoch + 1, params.epochs, {"loss": state.log["loss"][-1]})

@@ -1,0 +1,159 @@
+"""The ``miaudit`` command line (typer)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from miaudit.registry import (
+    ACCOUNTANTS,
+    ATTACKS,
+    DATASETS,
+    MODELS,
+    OUTPUT_DEFENSES,
+    PENALTIES,
+    QUERIES,
+    RECIPES,
+    Registry,
+    UnknownNameError,
+)
+
+app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+# Piped output (files, CI logs) gets a wide console so attack labels stay on one line.
+console = Console() if sys.stdout.isatty() else Console(width=160)
+errors = Console(stderr=True)
+
+_FLAG_FIELDS = {
+    "dataset": "data.name", "data_dir": "data.data_dir", "pool_size": "data.pool_size",
+    "model": "model.name", "width": "model.width", "recipe": "train.recipe",
+    "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
+    "num_models": "num_models", "seed": "seed", "device": "device",
+    "output_dir": "output_dir", "name": "name", "protocol": "protocol",
+}
+
+
+def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
+               queries: str | None) -> dict[str, Any]:
+    overrides = {_FLAG_FIELDS[k]: (str(v) if isinstance(v, Path) else v)
+                 for k, v in flags.items() if v is not None}
+    if attacks:
+        overrides["attacks"] = [a.strip() for a in attacks.split(";") if a.strip()]
+    if queries:
+        overrides["queries"] = [q.strip() for q in queries.split(";") if q.strip()]
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--set expects key.path=value, got {item!r}")
+        overrides[key.strip()] = yaml.safe_load(raw)
+    return overrides
+
+
+@app.command()
+def audit(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file; "
+                      "the embedded default (digits, small CNN, 16 models) when omitted.")] = None,
+    dataset: Annotated[str | None, typer.Option(help="data.name")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="data.data_dir")] = None,
+    pool_size: Annotated[int | None, typer.Option(help="data.pool_size")] = None,
+    model: Annotated[str | None, typer.Option(help="model.name")] = None,
+    width: Annotated[float | None, typer.Option(help="model.width")] = None,
+    recipe: Annotated[str | None, typer.Option(help="train.recipe")] = None,
+    epochs: Annotated[int | None, typer.Option(help="train.epochs")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="train.batch_size")] = None,
+    lr: Annotated[float | None, typer.Option(help="train.lr")] = None,
+    num_models: Annotated[int | None, typer.Option(help="num_models")] = None,
+    protocol: Annotated[str | None, typer.Option(help="rotation | fixed_target")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed")] = None,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda[:i] | mps")] = None,
+    output_dir: Annotated[Path | None, typer.Option(help="output_dir")] = None,
+    name: Annotated[str | None, typer.Option(help="run name")] = None,
+    attacks: Annotated[str | None, typer.Option(help="';'-separated attack specs, e.g. "
+                       "'loss;lira:offline=true'")] = None,
+    queries: Annotated[str | None,
+                       typer.Option(help="';'-separated query specs or presets")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="any field: key.path=value "
+                    "(YAML value), repeatable")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+) -> None:
+    """Train the model family, attack every target, print the table, write the run directory."""
+    from miaudit.config import ConfigError, load_config
+    from miaudit.data import DataError
+    from miaudit.pipeline import audit as run_audit
+    from miaudit.report import print_summary
+    from miaudit.rundir import RunDirError
+
+    flags = {k: v for k, v in locals().items() if k in _FLAG_FIELDS}
+    try:
+        cfg = load_config(config, _overrides(flags, set_ or [], attacks, queries))
+        results = run_audit(cfg, console=errors, show_progress=not quiet)
+    except (ConfigError, DataError, RunDirError, UnknownNameError, ValueError) as error:
+        errors.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    print_summary(results.summary, console)
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> None:
+    """Re-render the table and the ROC plot of a finished run from its directory."""
+    from miaudit.report import load_summary, plot_roc, print_summary
+    from miaudit.rundir import RunDirError
+
+    try:
+        summary = load_summary(run_dir)
+        summary["run_dir"] = str(run_dir)
+        plot_roc(run_dir, summary)
+    except RunDirError as error:
+        errors.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    print_summary(summary, console)
+
+
+def _listing(registry: Registry, title: str) -> None:
+    table = Table(title=title)
+    table.add_column("name")
+    table.add_column("description")
+    for name, description in registry.describe().items():
+        table.add_row(name, description)
+    console.print(table)
+
+
+_LISTINGS = {
+    "datasets": (DATASETS, "data sets"), "models": (MODELS, "models"),
+    "recipes": (RECIPES, "training recipes and defenses"), "penalties": (PENALTIES, "penalties"),
+    "attacks": (ATTACKS, "attacks"), "queries": (QUERIES, "query augmentations"),
+    "defenses": (OUTPUT_DEFENSES, "output defenses"), "accountants": (ACCOUNTANTS, "accountants"),
+}
+
+
+def _register_listing(command: str, registry: Registry, title: str) -> None:
+    def listing() -> None:
+        _listing(registry, title)
+
+    listing.__doc__ = f"List the registered {title}."
+    app.command(command)(listing)
+
+
+for _command, (_registry, _title) in _LISTINGS.items():
+    _register_listing(_command, _registry, _title)
+
+
+def _mount_privacy() -> None:
+    try:
+        from miaudit.privacy.cli import app as privacy_app
+    except ImportError:  # the privacy sub-commands are optional at import time
+        return
+    app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")
+
+
+_mount_privacy()
+
+
+def main() -> None:  # pragma: no cover - console-script entry
+    app()

@@ -1,0 +1,100 @@
+"""Human-facing outputs of a run: the attack table (rich) and the log-log ROC plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from miaudit import metrics
+from miaudit.rundir import RunDirError, atomic_write, read_array, read_json, scores_path
+
+TABLE_KEYS = ("tpr@0.001%", "tpr@0.1%", "tpr@1%", "auc", "balanced_accuracy")
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def _cell(attack: dict[str, Any], key: str, rotation: bool) -> str:
+    pooled = _percent(attack["pooled"][key])
+    interval = attack["pooled"].get(f"{key}_ci")
+    if interval is not None:
+        pooled += f" [{_percent(interval[0])}, {_percent(interval[1])}]"
+    if rotation and key in attack.get("mean", {}):
+        pooled += f"\n{_percent(attack['mean'][key])} ± {_percent(attack['std'][key])}"
+    return pooled
+
+
+def attack_table(summary: dict[str, Any]) -> Table:
+    """One row per attack: pooled value [95% CI] and, under rotation, mean ± std over targets."""
+    rotation = len(summary["targets"]) > 1
+    title = (f"{summary['name']}: {len(summary['targets'])} target(s), "
+             f"{summary['num_models']} models")
+    caption = "percent; pooled over targets [95% CI]" + (
+        "; second line: mean ± std across targets" if rotation else "")
+    table = Table(title=title, caption=caption, show_lines=rotation)
+    table.add_column("attack")
+    for key in TABLE_KEYS:
+        table.add_column(key.replace("balanced_accuracy", "bal. acc"), justify="right")
+    for label, attack in summary["attacks"].items():
+        table.add_row(label, *(_cell(attack, key, rotation) for key in TABLE_KEYS))
+    return table
+
+
+def model_line(summary: dict[str, Any]) -> str:
+    stats = summary["target_models"]
+    return (f"target models: train acc {_percent(stats['train_accuracy'])}%, "
+            f"test acc {_percent(stats['test_accuracy'])}%, "
+            f"generalization gap {_percent(stats['generalization_gap'])} points")
+
+
+def print_summary(summary: dict[str, Any], console: Console) -> None:
+    console.print(attack_table(summary))
+    console.print(model_line(summary))
+    timing = summary.get("timing", {})
+    if timing:
+        console.print(f"time: {timing['total_seconds_this_run']:.1f} s this run "
+                      f"(training {timing['train_seconds_this_run']:.1f} s, attacks "
+                      f"{timing['attack_seconds']:.1f} s, device {timing['device']})")
+    root = Path(summary["run_dir"])
+    console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
+                  f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: {root / 'scores'}")
+
+
+def plot_roc(run_root: Path, summary: dict[str, Any]) -> Path:
+    """Log-log ROC of every attack, pooled over targets, with the chance line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keep = read_array(run_root / "keep.npy")
+    members = keep[summary["targets"]].ravel()
+    figure, axis = plt.subplots(figsize=(5.5, 5))
+    floor = 1.0 / max(1, int((~members).sum()))
+    for label, attack in summary["attacks"].items():
+        scores = read_array(scores_path(run_root, label)).ravel()
+        fpr, tpr, _ = metrics.roc_curve(scores, members)
+        axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor),
+                  label=f"{label} (AUC {attack['pooled']['auc']:.3f})")
+    axis.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
+    axis.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
+             xlabel="false positive rate", ylabel="true positive rate",
+             title=f"{summary['name']} (pooled over {len(summary['targets'])} targets)")
+    axis.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    path = run_root / "roc.png"
+    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
+    plt.close(figure)
+    return path
+
+
+def load_summary(run_root: Path) -> dict[str, Any]:
+    path = Path(run_root) / "results.json"
+    if not path.exists():
+        raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
+    return read_json(path)

@@ -1,0 +1,131 @@
+"""End-to-end audits on tiny synthetic configs: artefacts, resume, config identity, CLI."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import tiny_audit
+from miaudit import pipeline
+from miaudit.cli import app
+from miaudit.config import load_config, validate_config
+from miaudit.pipeline import audit
+
+
+def _quiet(config):
+    return audit(validate_config(config), show_progress=False)
+
+
+def test_audit_writes_a_complete_run_directory(tmp_path):
+    results = _quiet(tiny_audit(tmp_path))
+    root = results.run_dir
+    for name in ("manifest.json", "keep.npy", "results.json", "roc.png"):
+        assert (root / name).exists(), name
+    assert sorted(p.name for p in (root / "models").iterdir()) == ["0000", "0001", "0002", "0003"]
+    assert np.load(root / "scores" / "lira.npy").shape == (4, 200)
+    summary = json.loads((root / "results.json").read_text())
+    assert set(summary["attacks"]) == {"loss", "lira", "lira:offline=true"}
+    for attack in summary["attacks"].values():
+        assert 0.0 <= attack["pooled"]["auc"] <= 1.0 and len(attack["per_target"]) == 4
+    stats = summary["target_models"]
+    assert stats["generalization_gap"] == pytest.approx(
+        stats["train_accuracy"] - stats["test_accuracy"])
+
+
+def test_members_are_detected_on_an_overfit_model_family(tmp_path):
+    config = tiny_audit(tmp_path, train={"epochs": 60, "batch_size": 16, "lr": 0.2,
+                                         "weight_decay": 0.0})
+    config["data"]["options"]["separation"] = 0.2  # hard task: models memorize
+    results = _quiet(config)
+    assert results.summary["target_models"]["generalization_gap"] > 0.2
+    assert results.metric("loss", "auc") > 0.6
+    assert results.metric("lira", "auc") > 0.6
+
+
+def test_interrupted_run_resumes_without_retraining_and_gives_identical_results(
+        tmp_path, monkeypatch):
+    reference = _quiet(tiny_audit(tmp_path / "clean"))
+    config = tiny_audit(tmp_path / "killed")
+    real_train_one = pipeline.train_one
+    trained = []
+
+    def dies_at_model_2(run, cfg, plan, pool, index, device, progress=None):
+        if index == 2:
+            raise KeyboardInterrupt("simulated kill")
+        trained.append(index)
+        real_train_one(run, cfg, plan, pool, index, device, progress)
+
+    monkeypatch.setattr(pipeline, "train_one", dies_at_model_2)
+    with pytest.raises(KeyboardInterrupt):
+        _quiet(config)
+    assert trained == [0, 1]
+    root = validate_config(config).run_dir()
+    first_weights = (root / "models" / "0000" / "weights.safetensors").stat().st_mtime_ns
+
+    trained.clear()
+
+    def counting(run, cfg, plan, pool, index, device, progress=None):
+        trained.append(index)
+        real_train_one(run, cfg, plan, pool, index, device, progress)
+
+    monkeypatch.setattr(pipeline, "train_one", counting)
+    resumed = _quiet(config)
+    assert trained == [2, 3]
+    assert (root / "models" / "0000" / "weights.safetensors").stat().st_mtime_ns == first_weights
+    for label in ("loss", "lira"):
+        assert resumed.attacks[label]["pooled"] == reference.attacks[label]["pooled"]
+    assert np.array_equal(np.load(root / "scores" / "lira.npy"),
+                          np.load(reference.run_dir / "scores" / "lira.npy"))
+
+
+def test_a_changed_config_never_reuses_artefacts(tmp_path):
+    first = _quiet(tiny_audit(tmp_path))
+    second = _quiet(tiny_audit(tmp_path, train={"epochs": 3, "batch_size": 32, "lr": 0.1}))
+    assert first.run_dir != second.run_dir
+    only_attacks = _quiet(tiny_audit(tmp_path, attacks=["loss"]))
+    assert only_attacks.run_dir == first.run_dir and set(only_attacks.attacks) == {"loss"}
+
+
+def test_fixed_target_with_another_reference_architecture(tmp_path):
+    config = tiny_audit(tmp_path, protocol="fixed_target", num_models=4,
+                        reference_model={"name": "mlp", "options": {"hidden": [8, 8]}})
+    results = _quiet(config)
+    assert results.summary["targets"] == [0] and results.summary["num_models"] == 5
+    meta = json.loads((results.run_dir / "models" / "0003" / "meta.json").read_text())
+    assert meta["model"]["options"]["hidden"] == [8, 8]
+
+
+def test_default_audit_end_to_end_at_reduced_size(tmp_path):
+    cfg = load_config(overrides={"train.epochs": 2, "num_models": 4, "data.pool_size": 300,
+                                 "output_dir": str(tmp_path), "device": "cpu"})
+    results = audit(cfg, show_progress=False)
+    assert set(results.attacks) == set(cfg.attacks)
+    assert results.summary["pool_size"] == 300
+
+
+def test_cli_audit_report_and_listings(tmp_path):
+    config_file = tmp_path / "tiny.yaml"
+    import yaml
+
+    config_file.write_text(yaml.safe_dump(tiny_audit(tmp_path)))
+    runner = CliRunner()
+    result = runner.invoke(app, ["audit", "--config", str(config_file), "--quiet",
+                                 "--epochs", "2", "--attacks", "loss;lira:offline=true"])
+    assert result.exit_code == 0, result.output
+    assert "lira:offline=true" in result.output and "run directory" in result.output
+    run_dir = next((tmp_path / "runs").iterdir())
+    (run_dir / "roc.png").unlink()
+    result = runner.invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0 and (run_dir / "roc.png").exists()
+    for listing, expected in (("models", "small_cnn"), ("attacks", "lira"),
+                              ("datasets", "digits"), ("recipes", "standard")):
+        result = runner.invoke(app, [listing])
+        assert result.exit_code == 0 and expected in result.output
+
+
+def test_cli_reports_config_errors_naming_the_field(tmp_path):
+    result = CliRunner().invoke(app, ["audit", "--epochs", "0", "--output-dir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "train.epochs" in result.output
+    assert not any(tmp_path.iterdir())  # nothing was written before validation
