@@ -129,3 +129,21 @@ def test_cli_reports_config_errors_naming_the_field(tmp_path):
     assert result.exit_code == 2
     assert "train.epochs" in result.output
     assert not any(tmp_path.iterdir())  # nothing was written before validation
+
+
+def test_robust_evaluation_and_memorization_analysis_are_written(tmp_path):
+    config = tiny_audit(tmp_path, robust_eval={"eps": 0.3, "step": 0.1, "steps": 3,
+                                               "max_samples": 50},
+                        memorization_attack="lira")
+    results = _quiet(config)
+    stats = results.summary["target_models"]
+    assert 0 <= stats["test_robust_acc"] <= stats["test_natural_acc"] <= 1
+    assert stats["train_robust_acc"] < stats["train_natural_acc"]
+    table = json.loads((results.run_dir / "memorization.json").read_text())
+    assert table["attack"] == "lira" and len(table["bins"]) == 22
+    assert (results.run_dir / "memorization.png").exists()
+
+
+def test_memorization_attack_must_be_an_audited_attack():
+    with pytest.raises(Exception, match="memorization_attack"):
+        validate_config({"attacks": ["loss"], "memorization_attack": "lira"})

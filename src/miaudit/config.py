@@ -102,6 +102,27 @@ class TrainConfig(_Strict):
         return [_check_spec(spec, PENALTIES) for spec in specs]
 
 
+class RobustEvalConfig(_Strict):
+    """Robust accuracy of every model under L-inf PGD (PGD-20 at 8/255 by default), measured on
+    up to ``max_samples`` members and as many non-members after training."""
+
+    eps: float = Field(default=8 / 255, gt=0)
+    step: float = Field(default=2 / 255, gt=0)
+    steps: int = Field(default=20, ge=1)
+    max_samples: int = Field(default=500, ge=1)
+
+
+def attack_label(spec: Spec) -> tuple[str, str, dict[str, Any]]:
+    """(label, registry name, options). The label is the spec as written, or its ``label``
+    option when given (e.g. ``{name: lira, offline: true, label: LiRA-offline}``)."""
+    name, options = parse_spec(spec)
+    label = options.pop("label", None)
+    if label is None:
+        label = spec if isinstance(spec, str) else ":".join(
+            filter(None, [name, ",".join(f"{k}={v}" for k, v in options.items())]))
+    return str(label), name, options
+
+
 DEFAULT_ATTACKS: list[Spec] = [
     "loss",
     "lira",
@@ -128,6 +149,9 @@ class AuditConfig(_Strict):
     queries: list[str] = Field(default_factory=lambda: ["identity", "flip"], min_length=1)
     attacks: list[Spec] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1)
     output_defense: Spec | None = None
+    robust_eval: RobustEvalConfig | None = None
+    # label of the attack whose scores feed the memorization analysis (DeMem Figure 1)
+    memorization_attack: str | None = None
     validation_fraction: float = Field(default=0.1, gt=0, lt=1)
     output_dir: Path = Path("runs")
     device: str = "auto"
@@ -160,6 +184,16 @@ class AuditConfig(_Strict):
         return device
 
     @model_validator(mode="after")
+    def _memorization_attack(self) -> AuditConfig:
+        labels = [attack_label(spec)[0] for spec in self.attacks]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"attack labels must be distinct, got {labels}")
+        if self.memorization_attack is not None and self.memorization_attack not in labels:
+            raise ValueError(f"memorization_attack {self.memorization_attack!r} is not one of "
+                             f"the attacks {labels}")
+        return self
+
+    @model_validator(mode="after")
     def _protocol(self) -> AuditConfig:
         if self.protocol == "rotation":
             if self.num_models % 2:
@@ -178,7 +212,8 @@ class AuditConfig(_Strict):
         return self.model_dump(
             mode="json",
             include={"seed", "data", "model", "train", "reference_model", "reference_train",
-                     "protocol", "num_models", "queries", "validation_fraction"},
+                     "protocol", "num_models", "queries", "validation_fraction",
+                     "robust_eval"},
         )
 
     def training_hash(self) -> str:

@@ -19,7 +19,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from miaudit import metrics
 from miaudit.attacks import AttackInput
-from miaudit.config import AuditConfig, ModelConfig, TrainConfig, load_config, validate_config
+from miaudit.config import (
+    AuditConfig,
+    ModelConfig,
+    RobustEvalConfig,
+    TrainConfig,
+    attack_label,
+    load_config,
+    validate_config,
+)
 from miaudit.data import Pool, make_pool
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, model_seed
@@ -169,7 +177,26 @@ def train_one(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, index: int,
         "test_accuracy": float(correct[~plan.keep[index]].mean()),
         "log": _jsonable(log),
     }
+    if cfg.robust_eval is not None:
+        meta["robust"] = robust_accuracies(model, pool, plan.keep[index], cfg.robust_eval,
+                                           device, seed)
     run.save_model(index, model.state_dict(), logits, meta)
+
+
+def robust_accuracies(model: torch.nn.Module, pool: Pool, member: np.ndarray,
+                      robust: RobustEvalConfig, device: torch.device,
+                      seed: int) -> dict[str, dict[str, float]]:
+    """Natural and PGD robust accuracy on (a seeded subset of) members and non-members."""
+    from miaudit.defenses.adversarial import natural_and_robust_accuracy
+
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x524F42]))
+    result = {}
+    for split, rows in (("train", np.flatnonzero(member)), ("test", np.flatnonzero(~member))):
+        chosen = torch.from_numpy(np.sort(rng.permutation(rows)[: robust.max_samples]))
+        result[split] = natural_and_robust_accuracy(
+            model, pool.x[chosen], pool.y[chosen], eps=robust.eps, step=robust.step,
+            steps=robust.steps, device=device, seed=seed)
+    return result
 
 
 def train_all(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, device: torch.device,
@@ -235,17 +262,6 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray,
         logits[index] = defense.apply(logits[index], labels, keep[index])
 
 
-def attack_label(spec: Any) -> tuple[str, str, dict[str, Any]]:
-    """(label, registry name, options). The label is the spec as written, or its ``label``
-    option when given (e.g. ``{name: lira, offline: true, label: LiRA-offline}``)."""
-    name, options = parse_spec(spec)
-    label = options.pop("label", None)
-    if label is None:
-        label = spec if isinstance(spec, str) else ":".join(
-            filter(None, [name, ",".join(f"{k}={v}" for k, v in options.items())]))
-    return str(label), name, options
-
-
 def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> dict[str, Any]:
     """Score every attack on every target; write per-sample scores; return the summary."""
     logits = load_outputs(run, plan)
@@ -276,6 +292,8 @@ def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> d
         if any(info is not None for info in infos):
             attacks[label]["info"] = infos
         write_array(scores_path(run.root, label), scores)
+    if cfg.memorization_attack is not None:
+        write_memorization(run, data, plan, cfg.memorization_attack)
     metas = [run.load_meta(t) for t in targets]
     train_acc = np.array([m["train_accuracy"] for m in metas])
     test_acc = np.array([m["test_accuracy"] for m in metas])
@@ -289,7 +307,28 @@ def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> d
             "train_accuracy_std": float(train_acc.std()),
             "test_accuracy_std": float(test_acc.std()),
             "train_seconds_mean": float(np.mean([m["train_seconds"] for m in metas])),
+            **robust_summary(metas),
         },
         "attacks": attacks,
         "config": cfg.model_dump(mode="json"),
     }
+
+
+def robust_summary(metas: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean natural/robust accuracy over targets, when robust evaluation ran."""
+    if not all("robust" in meta for meta in metas):
+        return {}
+    return {f"{split}_{kind}": float(np.mean([m["robust"][split][kind] for m in metas]))
+            for split in ("train", "test") for kind in ("natural_acc", "robust_acc")}
+
+
+def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str) -> None:
+    """DeMem Figure 1 analysis for the first target, from ``attack``'s scores."""
+    from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
+
+    target = plan.targets[0]
+    scores = read_array(scores_path(run.root, attack))[0]
+    table = memorization_analysis(data.logits, data.labels, plan.keep, scores, target)
+    table["attack"] = attack
+    write_json(run.root / "memorization.json", table)
+    plot_memorization_analysis(table, run.root / "memorization.png")
