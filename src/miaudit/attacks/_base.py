@@ -41,7 +41,13 @@ class AttackInput:
         if name not in self._signals:
             if name not in SIGNALS:
                 raise KeyError(f"unknown signal {name!r}; valid: {sorted(SIGNALS)}")
-            self._signals[name] = SIGNALS[name](self.logits, self.labels[None, :, None])
+            # One model at a time: the float64 temporaries of a signal are several times the
+            # (M, N, Q, C) logits; per model they stay (N, Q, C).
+            compute = SIGNALS[name]
+            values = np.empty(self.logits.shape[:3], dtype=np.float64)
+            for model in range(self.num_models):
+                values[model] = compute(self.logits[model], self.labels[:, None])
+            self._signals[name] = values
         return self._signals[name]
 
     def query_index(self, names: list[str] | None) -> np.ndarray:

@@ -1,0 +1,315 @@
+"""Neural-ODE image classifiers of the neural-ODE membership study, integrated with torchdiffeq.
+
+- ``odenet``: ODENet-16-32-64, the ResNet skeleton of Oganesyan et al. 2020 ("Stochasticity in
+  neural ODEs") with ODE blocks instead of residual groups.
+- ``odenet64``: Chen et al. 2018's classifier: downsampling stem, one ODE block at width 64.
+- ``anode``: ``odenet64`` with k zero channels appended before the block (Dupont et al. 2019).
+- ``sonode``: second order, y' = v, v' = f(t, [y, v]) (Norcliffe et al. 2020).
+- ``hbnode``: heavy ball, theta' = -m, m' = f(t, theta) - sigmoid(gamma) m, gamma learnable,
+  init -3 (Xia et al. 2021, eq. 5 and their image model).
+
+ODE function (Oganesyan et al.; Chen et al.): norm -> ReLU -> ConcatConv2d -> norm -> ReLU ->
+ConcatConv2d, where ConcatConv2d sees t as an extra constant input channel. With t = 0, the
+euler solver and one step of size 1, an ODE block *is* a pre-activation residual block with the
+same weights (the ResNet-as-Euler identity the study relies on; tested).
+
+Solvers (torchdiffeq): ``euler`` (default), ``rk4`` (torchdiffeq's is the 3/8 rule), fixed grid
+of ``steps`` steps of size T / steps; ``dopri5`` adaptive (rtol, atol). ``adjoint=True`` uses
+``odeint_adjoint``. Per-sample gradients (Opacus, DP-SGD) are correct only for fixed-step solvers
+without adjoint: adaptive solvers take one step size per batch, coupling the samples. Each block
+says so in ``dp_incompatibility`` (None when compatible); :func:`dp_incompatibilities` lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torchdiffeq import odeint, odeint_adjoint
+
+from miaudit.models._base import scaled
+from miaudit.models.resnet import (
+    Stage,
+    StagedNet,
+    check_norm,
+    image_channels,
+    norm_layer,
+    staged_layout,
+)
+from miaudit.registry import MODELS
+
+SOLVERS = ("euler", "rk4", "dopri5")
+FIXED_STEP = ("euler", "rk4")
+
+
+class ConcatConv2d(nn.Module):
+    """Conv over [t * ones, x]: the time-dependent layer of Chen et al. 2018."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 3, stride: int = 1, padding: int = 1,
+                 bias: bool = True):
+        super().__init__()
+        self.layer = nn.Conv2d(cin + 1, cout, kernel, stride=stride, padding=padding, bias=bias)
+
+    def forward(self, t: Tensor | float, x: Tensor) -> Tensor:
+        tt = torch.ones_like(x[:, :1]) * t
+        return self.layer(torch.cat([tt, x], dim=1))
+
+
+class ODEFunc(nn.Module):
+    """f(t, x) = ConcatConv(ReLU(norm(ConcatConv(ReLU(norm(x)))))); ``nfe`` counts evaluations
+    (cumulative; reset it to 0 to count one pass)."""
+
+    def __init__(self, cin: int, cout: int | None = None, norm: str = "batch"):
+        super().__init__()
+        cout = cin if cout is None else cout
+        self.norm1 = norm_layer(norm, cin)
+        self.conv1 = ConcatConv2d(cin, cout)
+        self.norm2 = norm_layer(norm, cout)
+        self.conv2 = ConcatConv2d(cout, cout)
+        self.relu = nn.ReLU()
+        self.nfe = 0
+
+    def forward(self, t: Tensor, x: Tensor) -> Tensor:
+        self.nfe += 1
+        out = self.conv1(t, self.relu(self.norm1(x)))
+        return self.conv2(t, self.relu(self.norm2(out)))
+
+
+@dataclass(frozen=True)
+class Solver:
+    """How an ODE block integrates over [0, T]."""
+
+    method: str = "euler"
+    steps: int = 16
+    T: float = 1.0
+    adjoint: bool = False
+    rtol: float = 1e-3
+    atol: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.method not in SOLVERS:
+            raise ValueError(f"option 'solver' must be one of {', '.join(SOLVERS)}; "
+                             f"got {self.method!r}")
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"option 'steps' must be a positive integer; got {self.steps!r}")
+        if not self.T > 0:
+            raise ValueError(f"option 'T' (integration time) must be > 0; got {self.T!r}")
+        if not (self.rtol > 0 and self.atol > 0):
+            raise ValueError(f"options 'rtol' and 'atol' must be > 0; got {self.rtol}, {self.atol}")
+
+    @property
+    def dp_incompatibility(self) -> str | None:
+        if self.method not in FIXED_STEP:
+            return (f"solver {self.method!r} is adaptive: one step size per batch couples the "
+                    "samples, so per-sample gradients (DP-SGD) are not defined; use euler or rk4")
+        if self.adjoint:
+            return "adjoint=True: Opacus cannot compute per-sample gradients through the adjoint"
+        return None
+
+    def integrate(self, func: nn.Module, y0: Tensor) -> Tensor:
+        """State at time T."""
+        if self.method in FIXED_STEP:
+            # An explicit grid of steps + 1 points gives exactly `steps` steps; torchdiffeq's
+            # step_size option rounds (T / step_size) and may add a tiny extra step.
+            t = torch.linspace(0.0, self.T, self.steps + 1, dtype=y0.dtype, device=y0.device)
+            options = {}
+        else:
+            t = torch.tensor([0.0, self.T], dtype=y0.dtype, device=y0.device)
+            options = {"rtol": self.rtol, "atol": self.atol}
+        solve = odeint_adjoint if self.adjoint else odeint
+        return solve(func, y0, t, method=self.method, **options)[-1]
+
+
+class ODEBlock(nn.Module):
+    """x -> solution at time T of dx/dt = func(t, x), x(0) = x."""
+
+    def __init__(self, func: nn.Module, solver: Solver):
+        super().__init__()
+        self.func = func
+        self.solver = solver
+        self.dp_incompatibility = solver.dp_incompatibility
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.solver.integrate(self.func, x)
+
+
+class SONODEField(nn.Module):
+    """Second-order field on z = [y, v]: (y', v') = (v, f(t, [y, v])) (Norcliffe et al. 2020)."""
+
+    def __init__(self, channels: int, norm: str):
+        super().__init__()
+        self.f = ODEFunc(2 * channels, channels, norm)
+
+    def forward(self, t: Tensor, z: Tensor) -> Tensor:
+        v = z.chunk(2, dim=1)[1]
+        return torch.cat([v, self.f(t, z)], dim=1)
+
+
+class Damping(nn.Module):
+    """sigmoid(gamma) * m with a learnable scalar gamma (init -3, Xia et al. 2021). A module of
+    its own so Opacus's per-sample fallback sees a small leaf layer."""
+
+    def __init__(self, init: float = -3.0):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.tensor([init]))
+
+    def forward(self, m: Tensor) -> Tensor:
+        return torch.sigmoid(self.gamma) * m
+
+
+class HBNODEField(nn.Module):
+    """Heavy-ball field on z = [theta, m]: (theta', m') = (-m, f(t, theta) - sigmoid(gamma) m)
+    (Xia et al. 2021, "Heavy ball neural ODEs", eq. 5)."""
+
+    def __init__(self, channels: int, norm: str, gamma_init: float = -3.0):
+        super().__init__()
+        self.f = ODEFunc(channels, channels, norm)
+        self.damping = Damping(gamma_init)
+
+    def forward(self, t: Tensor, z: Tensor) -> Tensor:
+        theta, m = z.chunk(2, dim=1)
+        return torch.cat([-m, self.f(t, theta) - self.damping(m)], dim=1)
+
+
+class SecondOrderBlock(ODEBlock):
+    """Integrates [x, 0] (zero initial velocity/momentum) and reads out the position x(T)."""
+
+    def state(self, x: Tensor) -> Tensor:
+        """Full state [position, velocity] at time T: N x 2C x H x W."""
+        return self.solver.integrate(self.func, torch.cat([x, torch.zeros_like(x)], dim=1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.state(x).chunk(2, dim=1)[0]
+
+
+class ZeroChannels(nn.Module):
+    """Appends ``k`` zero channels (ANODE's augmentation, Dupont et al. 2019)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x: Tensor) -> Tensor:
+        zeros = x.new_zeros(x.shape[0], self.k, *x.shape[2:])
+        return torch.cat([x, zeros], dim=1)
+
+
+def dp_incompatibilities(model: nn.Module) -> list[str]:
+    """Reasons why per-sample gradients (Opacus) would be wrong for ``model``; empty if none.
+    Modules declare them in a ``dp_incompatibility`` attribute."""
+    reasons = {getattr(m, "dp_incompatibility", None) for m in model.modules()}
+    return sorted(r for r in reasons if r)
+
+
+def _solver(solver: str, steps: int, T: float, adjoint: bool, rtol: float, atol: float) -> Solver:
+    return Solver(method=solver, steps=steps, T=float(T), adjoint=bool(adjoint), rtol=rtol,
+                  atol=atol)
+
+
+def odenet_stem(cin: int, channels: int, norm: str) -> nn.Sequential:
+    """conv3x3 -> norm -> ReLU at full resolution (Oganesyan et al.'s CIFAR stem)."""
+    return nn.Sequential(nn.Conv2d(cin, channels, 3, padding=1, bias=False),
+                         norm_layer(norm, channels), nn.ReLU())
+
+
+@MODELS.register("odenet")
+def odenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+           blocks: int = 1, solver: str = "euler", steps: int = 16, T: float = 1.0,
+           adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
+           atol: float = 1e-3) -> StagedNet:
+    """ODENet-16-32-64: stem, three groups of ``blocks`` ODE blocks at 16/32/64 channels.
+
+    Options: ``blocks`` (1-3 per group), ``solver`` euler | rk4 | dopri5, ``steps`` (fixed-step
+    solvers; step T/steps), ``T``, ``adjoint``, ``norm`` batch | group | none, ``rtol``/``atol``
+    (dopri5)."""
+    cin = image_channels(input_shape, "odenet")
+    check_norm(norm)
+    if blocks not in (1, 2, 3):
+        raise ValueError(f"option 'blocks' (ODE blocks per group) must be 1, 2 or 3; "
+                         f"got {blocks!r}")
+    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    widths = [scaled(c, width) for c in (16, 32, 64)]
+
+    def make_blocks(channels: int) -> nn.Sequential:
+        return nn.Sequential(*[ODEBlock(ODEFunc(channels, norm=norm), integrator)
+                               for _ in range(blocks)])
+
+    return staged_layout(cin, widths, make_blocks, norm, odenet_stem(cin, widths[0], norm),
+                         num_classes)
+
+
+def downsampling_stem(cin: int, channels: int, norm: str) -> nn.Sequential:
+    """Chen et al. 2018's stem: conv3x3, then two norm-ReLU-conv4x4 stride 2 (H/4 x W/4)."""
+    return nn.Sequential(
+        nn.Conv2d(cin, channels, 3, padding=1), norm_layer(norm, channels), nn.ReLU(),
+        nn.Conv2d(channels, channels, 4, 2, 1), norm_layer(norm, channels), nn.ReLU(),
+        nn.Conv2d(channels, channels, 4, 2, 1),
+    )
+
+
+def _single_block_net(name: str, input_shape: tuple[int, ...], num_classes: int, width: float,
+                      norm: str, make_block: Callable[[int], nn.Module],
+                      extra_channels: int = 0) -> StagedNet:
+    """Downsampling stem, then ``make_block(channels)`` after ``extra_channels`` zero ones."""
+    cin = image_channels(input_shape, name)
+    check_norm(norm)
+    channels = scaled(64, width)
+    down = ZeroChannels(extra_channels) if extra_channels else nn.Identity()
+    inner = channels + extra_channels
+    stage = Stage(down, make_block(inner), inner)
+    return StagedNet(downsampling_stem(cin, channels, norm), [stage], inner, num_classes, norm)
+
+
+@MODELS.register("odenet64")
+def odenet64(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+             solver: str = "euler", steps: int = 16, T: float = 1.0, adjoint: bool = False,
+             norm: str = "batch", rtol: float = 1e-3, atol: float = 1e-3) -> StagedNet:
+    """ODENet-64 (Chen et al. 2018): downsampling stem, one ODE block at width 64.
+
+    Options: ``solver``, ``steps``, ``T``, ``adjoint``, ``norm``, ``rtol``/``atol``."""
+    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    return _single_block_net("odenet64", input_shape, num_classes, width, norm,
+                             lambda c: ODEBlock(ODEFunc(c, norm=norm), integrator))
+
+
+@MODELS.register("anode")
+def anode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+          augment: int = 10, solver: str = "euler", steps: int = 16, T: float = 1.0,
+          adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
+          atol: float = 1e-3) -> StagedNet:
+    """ANODE (Dupont et al. 2019): ODENet-64 with ``augment`` zero channels appended.
+
+    Options: ``augment`` (k >= 1 extra channels, not scaled by width), and odenet64's."""
+    if not isinstance(augment, int) or augment < 1:
+        raise ValueError(f"option 'augment' (zero channels) must be a positive integer; "
+                         f"got {augment!r}")
+    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    return _single_block_net("anode", input_shape, num_classes, width, norm,
+                             lambda c: ODEBlock(ODEFunc(c, norm=norm), integrator), augment)
+
+
+@MODELS.register("sonode")
+def sonode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+           solver: str = "euler", steps: int = 16, T: float = 1.0, adjoint: bool = False,
+           norm: str = "batch", rtol: float = 1e-3, atol: float = 1e-3) -> StagedNet:
+    """SONODE (Norcliffe et al. 2020): y' = v, v' = f(t, [y, v]) around the ODENet-64 block,
+    v(0) = 0, classifier on y(T). Options as odenet64."""
+    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    return _single_block_net("sonode", input_shape, num_classes, width, norm,
+                             lambda c: SecondOrderBlock(SONODEField(c, norm), integrator))
+
+
+@MODELS.register("hbnode")
+def hbnode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+           gamma_init: float = -3.0, solver: str = "euler", steps: int = 16, T: float = 1.0,
+           adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
+           atol: float = 1e-3) -> StagedNet:
+    """HBNODE (Xia et al. 2021): theta' = -m, m' = f(t, theta) - sigmoid(gamma) m around the
+    ODENet-64 block, m(0) = 0, classifier on theta(T). Options: ``gamma_init`` (-3) and
+    odenet64's."""
+    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    return _single_block_net("hbnode", input_shape, num_classes, width, norm,
+                             lambda c: SecondOrderBlock(HBNODEField(c, norm, gamma_init),
+                                                        integrator))

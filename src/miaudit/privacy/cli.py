@@ -1,0 +1,228 @@
+"""``miaudit privacy ...``: DP accounting (epsilon, noise for a target epsilon, epsilon over
+epochs as a table or plot) and the NSDE bound. Mounted by :mod:`miaudit.cli`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from miaudit.privacy import accounting, nsde
+
+app = typer.Typer(help="Differential-privacy accounting and bounds.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+console = Console()
+
+Noise = Annotated[float, typer.Option("--noise", "-z", help="noise multiplier z (noise std / "
+                                      "clipping norm)")]
+Rate = Annotated[float | None, typer.Option("--sample-rate", "-q", help="Poisson sample rate q")]
+Batch = Annotated[int | None, typer.Option("--batch-size", "-b", help="expected batch size "
+                                           "(with --dataset-size: q = b / n)")]
+Size = Annotated[int | None, typer.Option("--dataset-size", "-n", help="training-set size")]
+Epochs = Annotated[float | None, typer.Option("--epochs", "-e", help="epochs (steps = "
+                                              "int(epochs / q))")]
+Steps = Annotated[int | None, typer.Option("--steps", help="steps (instead of --epochs)")]
+Deltas = Annotated[list[float] | None, typer.Option("--delta", "-d", help="delta (repeatable; "
+                                                    "default 1e-5)")]
+Accountants = Annotated[list[str] | None, typer.Option(
+    "--accountant", "-a", help="rdp | gdp | prv (repeatable; default all three)")]
+
+
+def _rate(sample_rate: float | None, batch_size: int | None, dataset_size: int | None) -> float:
+    if sample_rate is not None:
+        if batch_size is not None or dataset_size is not None:
+            raise typer.BadParameter("give --sample-rate or --batch-size/--dataset-size, not both")
+        return accounting.check_sample_rate(sample_rate)
+    if batch_size is None or dataset_size is None:
+        raise typer.BadParameter("give --sample-rate, or both --batch-size and --dataset-size")
+    return accounting.sample_rate_for(batch_size, dataset_size)
+
+
+def _accountants(names: list[str] | None) -> list[str]:
+    names = names or list(accounting.ACCOUNTANT_NAMES)
+    for name in names:
+        if name not in accounting.ACCOUNTANT_NAMES:
+            raise typer.BadParameter(f"--accountant must be one of "
+                                     f"{', '.join(accounting.ACCOUNTANT_NAMES)}; got {name!r}")
+    return names
+
+
+def _fail(error: ValueError) -> None:
+    console.print(f"[red]error:[/red] {error}")
+    raise typer.Exit(2)
+
+
+@app.command("epsilon")
+def epsilon_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
+                    dataset_size: Size = None, epochs: Epochs = None, steps: Steps = None,
+                    delta: Deltas = None, accountant: Accountants = None) -> None:
+    """Epsilon of DP-SGD (Poisson-subsampled Gaussian) under the RDP, GDP and PRV accountants."""
+    try:
+        q = _rate(sample_rate, batch_size, dataset_size)
+        count = accounting.resolve_steps(q, epochs, steps)
+        table = Table(title=f"epsilon: z = {noise:g}, q = {q:.6g}, {count} steps")
+        for column in ("accountant", "delta", "epsilon"):
+            table.add_column(column, justify="right" if column != "accountant" else "left")
+        for name in _accountants(accountant):
+            for d in delta or [1e-5]:
+                value = accounting.epsilon(noise, q, d, steps=count, accountant=name)
+                table.add_row(name, f"{d:g}", f"{value:.4f}")
+    except ValueError as error:
+        _fail(error)
+    console.print(table)
+    if "gdp" in _accountants(accountant):
+        console.print("[dim]gdp is a CLT approximation and can underestimate epsilon[/dim]")
+
+
+@app.command("noise")
+def noise_command(
+        target_epsilon: Annotated[float, typer.Option("--epsilon", help="target epsilon")],
+        sample_rate: Rate = None, batch_size: Batch = None, dataset_size: Size = None,
+        epochs: Epochs = None, steps: Steps = None, delta: Deltas = None,
+        accountant: Accountants = None,
+        tolerance: Annotated[float, typer.Option(help="epsilon tolerance of the bisection")]
+        = 0.01) -> None:
+    """Noise multiplier needed for a target epsilon (Opacus's get_noise_multiplier)."""
+    try:
+        q = _rate(sample_rate, batch_size, dataset_size)
+        count = accounting.resolve_steps(q, epochs, steps)
+        table = Table(title=f"noise for epsilon = {target_epsilon:g}: q = {q:.6g}, {count} steps")
+        for column in ("accountant", "delta", "noise multiplier", "epsilon reached"):
+            table.add_column(column, justify="right" if column != "accountant" else "left")
+        for name in _accountants(accountant):
+            for d in delta or [1e-5]:
+                z = accounting.noise_multiplier(target_epsilon, d, q, steps=count,
+                                                accountant=name, tolerance=tolerance)
+                reached = accounting.epsilon(z, q, d, steps=count, accountant=name)
+                table.add_row(name, f"{d:g}", f"{z:.4f}", f"{reached:.4f}")
+    except ValueError as error:
+        _fail(error)
+    console.print(table)
+
+
+def _epoch_grid(epochs: list[float] | None, max_epochs: float, points: int) -> list[float]:
+    if epochs:
+        return sorted(epochs)
+    if not (max_epochs > 0 and points >= 1):
+        raise typer.BadParameter("--max-epochs must be > 0 and --points >= 1")
+    return [max_epochs * (i + 1) / points for i in range(points)]
+
+
+EpochList = Annotated[list[float] | None, typer.Option("--epochs", "-e", help="epochs to "
+                                                       "tabulate (repeatable)")]
+MaxEpochs = Annotated[float, typer.Option(help="without --epochs: grid up to this")]
+Points = Annotated[int, typer.Option(help="without --epochs: number of grid points")]
+
+
+def _tables(noise: float, q: float, epochs: list[float], deltas: list[float],
+            names: list[str]) -> list[accounting.EpsilonTable]:
+    return [accounting.epsilon_table(noise, q, epochs, deltas, name) for name in names]
+
+
+@app.command("table")
+def table_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
+                  dataset_size: Size = None, epochs: EpochList = None, max_epochs: MaxEpochs = 100,
+                  points: Points = 10, delta: Deltas = None,
+                  accountant: Accountants = None) -> None:
+    """Epsilon over epochs for several deltas (the study's Figure 4, left panels, as a table)."""
+    try:
+        q = _rate(sample_rate, batch_size, dataset_size)
+        grid = _epoch_grid(epochs, max_epochs, points)
+        tables = _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
+    except ValueError as error:
+        _fail(error)
+    for result in tables:
+        table = Table(title=f"{result.accountant}: epsilon over epochs, z = {noise:g}, "
+                            f"q = {q:.6g}")
+        table.add_column("epochs", justify="right")
+        for d in result.deltas:
+            table.add_column(f"delta {d:g}", justify="right")
+        for column, e in enumerate(result.epochs):
+            table.add_row(f"{e:g}", *(f"{v:.3f}" for v in result.epsilon[:, column]))
+        console.print(table)
+
+
+@app.command("plot")
+def plot_command(noise: Noise,
+                 out: Annotated[Path, typer.Option("--out", "-o", help="image file (png, pdf)")],
+                 sample_rate: Rate = None, batch_size: Batch = None, dataset_size: Size = None,
+                 epochs: EpochList = None, max_epochs: MaxEpochs = 100, points: Points = 20,
+                 delta: Deltas = None, accountant: Accountants = None) -> None:
+    """Plot epsilon over epochs for several deltas, one panel per accountant (Figure 4, left)."""
+    try:
+        q = _rate(sample_rate, batch_size, dataset_size)
+        grid = _epoch_grid(epochs, max_epochs, points)
+        tables = _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
+    except ValueError as error:
+        _fail(error)
+    path = accounting.plot_epsilon_tables(tables, out)
+    console.print(f"wrote {path}")
+
+
+@app.command("nsde")
+def nsde_command(
+        delta: Annotated[float, typer.Option("--delta", "-d")] = 1e-5,
+        epsilon: Annotated[float | None, typer.Option(
+            "--epsilon", help="target epsilon: print the sigma needed")] = None,
+        sigma: Annotated[float | None, typer.Option(
+            "--sigma", help="theorem sigma (total noise std over [0, T]): print its epsilon")]
+        = None,
+        T: Annotated[float, typer.Option("--T", "-T", help="integration time")] = 1.0,
+        lipschitz: Annotated[float, typer.Option("--lipschitz", "-L",
+                                                 help="drift Lipschitz constant")] = 1.0,
+        distance: Annotated[float, typer.Option(
+            "--distance", "-D", help="bound D on the drift argument's change between "
+            "neighbours (2C after clipping to norm C)")] = 1.0,
+        iterations: Annotated[int, typer.Option("--iterations", "-K",
+                                                help="number of compositions")] = 1,
+        composition: Annotated[str, typer.Option(help="gaussian (exact GDP) | classic")]
+        = "gaussian",
+        batch_size: Batch = None, dataset_size: Size = None,
+        epochs: Annotated[float | None, typer.Option(
+            "--epochs", "-e", help="with --sigma, -b, -n: accountant epsilon of NSDE training")]
+        = None,
+        sensitivity: Annotated[float, typer.Option(
+            help="training: noise multiplier = sigma / sensitivity")] = 1.0) -> None:
+    """The NSDE bound (sigma for (epsilon, delta) given T, L, D, K; see miaudit.privacy.nsde
+    for the assumptions) and, optionally, the accountant epsilon of NSDE training."""
+    if (epsilon is None) == (sigma is None):
+        raise typer.BadParameter("give exactly one of --epsilon and --sigma")
+    table = Table(title=f"NSDE bound ({composition} composition; our derivation, see "
+                        "miaudit.privacy.nsde)")
+    for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
+        table.add_column(column, justify="right")
+    try:
+        if epsilon is not None:
+            bound = nsde.sigma_bound(epsilon, delta, T=T, lipschitz=lipschitz, distance=distance,
+                                     iterations=iterations, composition=composition)
+            eps_value, sigma_value = epsilon, bound.sigma
+        else:
+            eps_value = nsde.nsde_epsilon(sigma, delta, T=T, lipschitz=lipschitz,
+                                          distance=distance, iterations=iterations,
+                                          composition=composition)
+            sigma_value = sigma
+        table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations), f"{delta:g}",
+                      f"{eps_value:.4f}", f"{sigma_value:.4f}")
+        training = None
+        if epochs is not None:
+            if sigma is None or batch_size is None or dataset_size is None:
+                raise ValueError("training epsilon needs --sigma, --batch-size, --dataset-size "
+                                 "and --epochs")
+            training = Table(title=f"NSDE training read as DP-SGD: z = sigma / {sensitivity:g}, "
+                                   f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
+            for column in ("accountant", "delta", "epsilon"):
+                training.add_column(column)
+            for name in accounting.ACCOUNTANT_NAMES:
+                value = nsde.training_epsilon(sigma, batch_size, dataset_size, epochs, delta,
+                                              name, sensitivity)
+                training.add_row(name, f"{delta:g}", "inf" if math.isinf(value)
+                                 else f"{value:.4f}")
+    except ValueError as error:
+        _fail(error)
+    console.print(table)
+    if training is not None:
+        console.print(training)

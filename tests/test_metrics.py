@@ -1,0 +1,150 @@
+"""Metrics against hand-computed cases, brute force and scikit-learn."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from miaudit import metrics
+
+# Hand-worked case: members score {0.9, 0.8, 0.1}, non-members {0.8, 0.3}.
+SCORES = np.array([0.9, 0.8, 0.8, 0.3, 0.1])
+MEMBER = np.array([True, True, False, False, True])
+
+
+def test_roc_hand_computed():
+    fpr, tpr, thresholds = metrics.roc_curve(SCORES, MEMBER)
+    # thresholds inf, 0.9, 0.8 (the tie is one point: +1 member +1 non-member), 0.3, 0.1
+    np.testing.assert_allclose(fpr, [0, 0, 0.5, 1, 1])
+    np.testing.assert_allclose(tpr, [0, 1 / 3, 2 / 3, 2 / 3, 1])
+    np.testing.assert_allclose(thresholds[1:], [0.9, 0.8, 0.3, 0.1])
+
+
+def test_metrics_hand_computed():
+    result = metrics.summarize(SCORES, MEMBER, fpr_levels=(0.0, 0.4, 0.5))
+    # AUC = P(member > non-member) + P(tie)/2 over the 6 pairs = (1+1+0.5+1+0+0)/6
+    assert result["auc"] == pytest.approx(7 / 12)
+    # best point (fpr 0, tpr 1/3): (1/3 + 1) / 2
+    assert result["balanced_accuracy"] == pytest.approx(2 / 3)
+    assert result["tpr@0%"] == pytest.approx(1 / 3)
+    assert result["tpr@40%"] == pytest.approx(1 / 3)
+    assert result["tpr@50%"] == pytest.approx(2 / 3)
+    assert result["fpr@50%"] == pytest.approx(0.5)
+    assert (result["n_members"], result["n_nonmembers"]) == (3, 2)
+
+
+def test_collinear_points_are_kept():
+    """Tied pairs give collinear ROC points that drop_intermediate would remove."""
+    scores = np.array([3, 3, 2, 2, 1, 1.0])
+    member = np.array([1, 0, 1, 0, 1, 0], dtype=bool)
+    fpr, tpr, _ = metrics.roc_curve(scores, member)
+    assert metrics.tpr_at_fpr(fpr, tpr, 0.4) == pytest.approx(1 / 3)
+    assert metrics.tpr_at_fpr(fpr, tpr, 0.7) == pytest.approx(2 / 3)
+
+
+def test_all_tied_scores_are_chance():
+    member = np.arange(200) % 2 == 0
+    result = metrics.summarize(np.zeros(200), member)
+    assert result["auc"] == 0.5 and result["tpr@1%"] == 0.0
+    assert result["balanced_accuracy"] == 0.5
+
+
+def brute_force(scores, member, level):
+    """For every threshold t: predict member iff score >= t; best TPR with FPR <= level."""
+    best = 0.0
+    for t in np.unique(scores):
+        predicted = scores >= t
+        fpr = (predicted & ~member).sum() / (~member).sum()
+        tpr = (predicted & member).sum() / member.sum()
+        if fpr <= level:
+            best = max(best, tpr)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_against_sklearn_and_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    member = rng.random(500) < 0.4
+    scores = np.round(rng.normal(size=500) + 0.7 * member, 1)  # many ties
+    result = metrics.summarize(scores, member, fpr_levels=(1e-3, 0.01, 0.1, 0.3))
+    assert result["auc"] == pytest.approx(roc_auc_score(member, scores), abs=1e-12)
+    for level in (1e-3, 0.01, 0.1, 0.3):
+        assert result[f"tpr@{metrics.level_name(level)}"] == pytest.approx(
+            brute_force(scores, member, level), abs=1e-12)
+    accuracies = [((scores >= t) == member).astype(float) for t in np.unique(scores)]
+    balanced = max(0.5 * (a[member].mean() + a[~member].mean()) for a in accuracies)
+    assert result["balanced_accuracy"] == pytest.approx(balanced, abs=1e-12)
+
+
+def test_clopper_pearson_closed_forms():
+    # k = 0: upper = 1 - (alpha/2)^(1/n); k = n: lower = (alpha/2)^(1/n)
+    lo, hi = metrics.clopper_pearson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1, rel=1e-6)
+    lo, hi = metrics.clopper_pearson(10, 10)
+    assert lo == pytest.approx(0.025 ** 0.1, rel=1e-6) and hi == 1.0
+
+
+def test_summary_keys_intervals_and_json():
+    rng = np.random.default_rng(0)
+    member = rng.random(2000) < 0.5
+    scores = rng.normal(size=2000) + member
+    result = metrics.summarize(scores, member, bootstrap=50, seed=1)
+    json.dumps(result, allow_nan=False)  # plain, finite Python values
+    for key in ("tpr@0.001%", "tpr@0.1%", "tpr@1%"):
+        lo, hi = result[f"{key}_ci"]
+        assert lo <= result[key] <= hi
+        boot_lo, boot_hi = result[f"{key}_ci_boot"]
+        assert boot_lo <= boot_hi
+    assert result["auc_ci_boot"][0] < result["auc"] < result["auc_ci_boot"][1]
+    assert result == metrics.summarize(scores, member, bootstrap=50, seed=1)  # seeded
+
+
+def test_null_scores_give_chance_metrics():
+    rng = np.random.default_rng(4)
+    member = rng.random(20000) < 0.5
+    result = metrics.summarize(rng.normal(size=20000), member)
+    assert abs(result["auc"] - 0.5) < 0.02
+    assert result["tpr@1%"] < 0.02
+    lo, hi = result["tpr@1%_ci"]
+    assert lo < 0.01 < hi  # the interval covers the null's true TPR
+
+
+def test_aggregate_hand_computed():
+    per_target = [{"auc": 0.6, "tpr@1%": 0.02, "tpr@1%_ci": [0.0, 0.1], "n_members": 10},
+                  {"auc": 0.8, "tpr@1%": 0.04, "tpr@1%_ci": [0.0, 0.2], "n_members": 12}]
+    stats = metrics.aggregate(per_target)
+    assert set(stats) == {"mean", "std", "min", "max"}
+    assert stats["mean"]["auc"] == pytest.approx(0.7)
+    assert stats["std"]["auc"] == pytest.approx(np.sqrt(0.02))  # ddof=1: sqrt(2 * 0.1^2 / 1)
+    assert stats["min"]["tpr@1%"] == 0.02 and stats["max"]["n_members"] == 12
+    assert "tpr@1%_ci" not in stats["mean"]
+    assert metrics.aggregate(per_target[:1])["std"]["auc"] == 0.0
+
+
+def test_per_class_matches_subsets():
+    rng = np.random.default_rng(2)
+    member = rng.random(600) < 0.5
+    labels = rng.integers(0, 3, 600)
+    labels[:5], member[:5] = 7, True  # a class with members only
+    scores = rng.normal(size=600) + member * (labels == 1)
+    breakdown = metrics.per_class(scores, member, labels)
+    assert set(breakdown) == {0, 1, 2, 7}
+    for label in (0, 1, 2):
+        rows = labels == label
+        assert breakdown[label] == metrics.summarize(scores[rows], member[rows])
+    assert breakdown[7] == {"n_members": 5, "n_nonmembers": 0}
+    assert breakdown[1]["auc"] > breakdown[0]["auc"]
+
+
+@pytest.mark.parametrize("scores, member, message", [
+    ([0.1, np.nan], [True, False], "NaN"),
+    ([0.1, 0.2], [True, True], "at least one member"),
+    ([0.1, 0.2, 0.3], [True, False], "shapes"),
+    ([0.1, 0.2], [2, 0], "boolean"),
+])
+def test_bad_input_errors(scores, member, message):
+    with pytest.raises(ValueError, match=message):
+        metrics.summarize(scores, member)

@@ -1,0 +1,429 @@
+"""Neural ODE/SDE model zoo and replace-then-finetune (issue 4; SDENet's spectral norm, issue 6)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+
+from miaudit.models import build_model
+from miaudit.models.ode import (
+    ODEBlock,
+    ODEFunc,
+    SecondOrderBlock,
+    Solver,
+    dp_incompatibilities,
+)
+from miaudit.models.resnet import ResBlock
+from miaudit.models.sde import NoiseSchedule, SDEBlock, drift_lipschitz_bound, srk4_step
+from miaudit.registry import DATASETS, RECIPES
+from miaudit.training.engine import TrainEnv, TrainParams, fit
+from miaudit.training.replace_finetune import ReplaceFinetune
+
+MODELS = ["resnet14", "odenet", "odenet64", "anode", "sonode", "hbnode", "sdenet"]
+ODE_OPTIONS = {"steps": 2}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny convolutions: one thread is far faster than two on a shared, loaded machine.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny(name: str, shape=(1, 8, 8), **options) -> nn.Module:
+    if name != "resnet14":
+        options = {**ODE_OPTIONS, **options}
+    return build_model(name, input_shape=shape, num_classes=10, width=0.25, **options)
+
+
+class Linear(nn.Module):
+    """f(t, y) = a y, counting evaluations: closed-form test field."""
+
+    def __init__(self, a: float):
+        super().__init__()
+        self.a, self.nfe = a, 0
+
+    def forward(self, t, y):
+        self.nfe += 1
+        return self.a * y
+
+
+class Zero(nn.Module):
+    def forward(self, t, y):
+        return torch.zeros_like(y)
+
+
+# -- shapes -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(1, 8, 8), (3, 32, 32)])
+@pytest.mark.parametrize("name", MODELS)
+def test_forward_backward_shapes(name, shape):
+    torch.manual_seed(0)
+    model = tiny(name, shape)
+    out = model(torch.rand(3, *shape))
+    assert out.shape == (3, 10) and torch.isfinite(out).all()
+    out.logsumexp(1).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, f"{name}: no gradient for {missing}"
+
+
+@pytest.mark.parametrize("options", [{"solver": "rk4"}, {"solver": "dopri5"}, {"adjoint": True},
+                                     {"norm": "group"}, {"norm": "none"}])
+def test_odenet_solver_and_norm_options_run(options):
+    torch.manual_seed(0)
+    model = tiny("odenet64", **options)
+    model(torch.rand(2, 1, 8, 8)).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize(("name", "options", "word"), [
+    ("odenet", {"solver": "midpoint"}, "solver"), ("odenet", {"steps": 0}, "steps"),
+    ("odenet", {"blocks": 4}, "blocks"), ("resnet14", {"norm": "layer"}, "norm"),
+    ("odenet64", {"T": 0.0}, "T"), ("anode", {"augment": 0}, "augment"),
+    ("sdenet", {"stepper": "heun"}, "stepper"), ("sdenet", {"n_sde_blocks": 4}, "n_sde_blocks"),
+    ("sdenet", {"k": 0.5, "sigma": 2.0}, "sigma"), ("sdenet", {"k": -1.0}, "k"),
+    ("sdenet", {"spectral_norm": True, "ode_norm": "group"}, "ode_norm"),
+    ("resnet14", {}, "image"),
+])
+def test_bad_options_name_the_option(name, options, word):
+    shape = (8,) if word == "image" else (1, 8, 8)
+    with pytest.raises(ValueError, match=word):
+        build_model(name, input_shape=shape, num_classes=10, **options)
+
+
+# -- ResNet-as-Euler identity and solvers ----------------------------------------------------
+def _randomized(func: ODEFunc) -> ODEFunc:
+    """Random weights, t-channel weights and BN statistics; zero biases (ResBlock has none)."""
+    with torch.no_grad():
+        for conv in (func.conv1.layer, func.conv2.layer):
+            conv.bias.zero_()
+        for norm in (func.norm1, func.norm2):
+            norm.running_mean.normal_()
+            norm.running_var.uniform_(0.5, 2.0)
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_()
+    return func.eval()
+
+
+def _matching_resblock(func: ODEFunc) -> ResBlock:
+    block = ResBlock(func.conv1.layer.out_channels).eval()
+    block.norm1.load_state_dict(func.norm1.state_dict())
+    block.norm2.load_state_dict(func.norm2.state_dict())
+    with torch.no_grad():  # the x part of the concat convs: the t channel is 0 at t = 0
+        block.conv1.weight.copy_(func.conv1.layer.weight[:, 1:])
+        block.conv2.weight.copy_(func.conv2.layer.weight[:, 1:])
+    return block
+
+
+def test_euler_one_unit_step_is_a_residual_block():
+    torch.manual_seed(0)
+    func = _randomized(ODEFunc(6))
+    resblock = _matching_resblock(func)
+    x = torch.randn(4, 6, 5, 5)
+    expected = resblock(x)
+    ode = ODEBlock(func, Solver("euler", steps=1, T=1.0))
+    torch.testing.assert_close(ode(x), expected, rtol=1e-5, atol=1e-5)
+    sde = SDEBlock(func, NoiseSchedule(k=0.0, T=1.0, steps=1, stepper="euler_maruyama"))
+    torch.testing.assert_close(sde.eval()(x), expected, rtol=1e-5, atol=1e-5)
+    # Sensitivity: two half steps (t enters the second one) are not the residual block.
+    two = ODEBlock(func, Solver("euler", steps=2, T=1.0))(x)
+    assert (two - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(("method", "per_step"), [("euler", 1), ("rk4", 4)])
+def test_fixed_step_solver_evaluations_and_closed_form(method, per_step):
+    a, T, steps = -1.3, 1.0, 5
+    field = Linear(a)
+    y0 = torch.ones(2, 3)
+    out = Solver(method, steps=steps, T=T).integrate(field, y0)
+    assert field.nfe == per_step * steps
+    h = a * T / steps
+    factor = 1 + h if method == "euler" else 1 + h + h**2 / 2 + h**3 / 6 + h**4 / 24
+    torch.testing.assert_close(out, y0 * factor**steps, rtol=1e-6, atol=1e-7)
+
+
+def test_dopri5_is_adaptive_and_accurate():
+    counts = {}
+    for tol in (1e-3, 1e-8):
+        field = Linear(-1.3)
+        out = Solver("dopri5", T=1.0, rtol=tol, atol=tol).integrate(field, torch.ones(3))
+        counts[tol] = field.nfe
+        assert abs(out[0].item() - math.exp(-1.3)) < 20 * tol
+    assert counts[1e-8] > counts[1e-3] > 0  # step count adapts to the tolerance
+
+
+def test_model_honours_solver_choice():
+    x = torch.rand(2, 1, 8, 8)
+    counts = {}
+    for solver in ("euler", "rk4", "dopri5"):
+        torch.manual_seed(0)
+        model = tiny("odenet64", solver=solver, steps=3).eval()
+        model(x)
+        counts[solver] = model.stages[0].blocks.func.nfe
+    assert counts["euler"] == 3 and counts["rk4"] == 12
+    assert counts["dopri5"] not in (3, 12) and counts["dopri5"] > 0
+
+
+def test_srk4_step_is_classical_rk4_without_noise_and_counts_four():
+    field = Linear(0.7)
+    y = torch.ones(3)
+    out = srk4_step(field, 0.0, 0.1, y, None)
+    h = 0.07
+    torch.testing.assert_close(out, y * (1 + h + h**2 / 2 + h**3 / 6 + h**4 / 24))
+    assert field.nfe == 4
+
+
+# -- SDE noise --------------------------------------------------------------------------------
+@pytest.mark.parametrize("stepper", ["srk4", "euler_maruyama"])
+def test_additive_noise_variance_matches_sigma_convention(stepper):
+    """Zero drift: h(T) - h(0) = sum of increments ~ N(0, sigma^2 T) with sigma = k/sqrt(T/s)."""
+    torch.manual_seed(0)
+    schedule = NoiseSchedule(k=0.5, T=1.0, steps=16, stepper=stepper)
+    assert schedule.sigma == pytest.approx(2.0)  # the study's Table 9
+    block = SDEBlock(Zero(), schedule).eval()
+    out = block(torch.zeros(40_000))
+    assert out.var().item() == pytest.approx(schedule.sigma**2 * schedule.T, rel=0.03)
+
+
+def test_sigma_table_and_theorem_mapping():
+    for steps, sigma in ((8, 1.414), (16, 2.0), (32, 2.828)):
+        assert NoiseSchedule(k=0.5, T=1.0, steps=steps).sigma == pytest.approx(sigma, abs=1e-3)
+    model = tiny("sdenet", sigma=2.0, T=4.0, steps=16)
+    params = model.sde_parameters()
+    assert params["k"] == pytest.approx(2.0 * math.sqrt(4.0 / 16))
+    assert params["sigma_theorem"] == pytest.approx(4.0)  # sigma sqrt(T)
+    assert params["n_sde_blocks"] == 3 and params["lipschitz_bound"] is None
+    assert tiny("resnet14").sde_parameters() is None
+
+
+def test_sdenet_sigma_zero_is_deterministic():
+    torch.manual_seed(0)
+    model = tiny("sdenet", k=0.0).eval()
+    x = torch.rand(4, 1, 8, 8)
+    torch.testing.assert_close(model(x), model(x), rtol=0, atol=0)
+
+
+def _output_variance(model: nn.Module, x: torch.Tensor, passes: int = 12) -> float:
+    with torch.no_grad():
+        outs = torch.stack([model(x) for _ in range(passes)])
+    return outs.var(0).mean().item()
+
+
+def test_sdenet_noise_on_in_eval_and_variance_grows_with_k():
+    torch.manual_seed(0)
+    x = torch.rand(8, 1, 8, 8)
+    base = tiny("sdenet", k=0.0).eval()
+    variances = []
+    for k in (0.1, 0.3, 1.0):
+        model = tiny("sdenet", k=k)
+        model.load_state_dict(base.state_dict())  # same weights, only the noise differs
+        variances.append(_output_variance(model.eval(), x))
+    assert variances[0] > 0
+    assert variances[0] < variances[1] < variances[2]
+
+
+def test_deterministic_eval_switch_and_n_sde_blocks():
+    torch.manual_seed(0)
+    x = torch.rand(4, 1, 8, 8)
+    model = tiny("sdenet", k=0.5, deterministic_eval=True)
+    assert _output_variance(model.eval(), x, 3) == 0
+    model.train()
+    with torch.no_grad():
+        assert not torch.equal(model(x), model(x))  # noise stays on in training
+    partial = tiny("sdenet", blocks=2, n_sde_blocks=2)
+    stochastic = [m.stochastic for m in partial.modules() if isinstance(m, SDEBlock)]
+    assert stochastic == [False] * 4 + [True] * 2
+    assert partial.sde_parameters()["n_sde_blocks"] == 2
+
+
+def test_spectral_norm_gives_a_valid_lipschitz_bound():
+    torch.manual_seed(0)
+    model = tiny("sdenet", spectral_norm=True, norm="group")
+    x = torch.rand(16, 1, 8, 8)
+    model.train()
+    for _ in range(20):  # power iterations converge during forward passes
+        model(x)
+    params = model.sde_parameters()
+    assert params["spectral_norm"] and params["lipschitz_bound"] == pytest.approx(9.0, rel=0.05)
+    block = next(m for m in model.modules() if isinstance(m, SDEBlock)).eval()
+    bound = drift_lipschitz_bound(block.func)
+    u, v = torch.randn(64, 4, 8, 8), torch.randn(64, 4, 8, 8)
+    with torch.no_grad():
+        ratio = ((block.func(0.3, u) - block.func(0.3, v)).flatten(1).norm(dim=1)
+                 / (u - v).flatten(1).norm(dim=1))
+    assert ratio.max().item() <= bound
+    # The exact-SVD bound holds for unnormalized weights too: scale one conv, bound scales.
+    with torch.no_grad():
+        plain = ODEFunc(4, norm="none")
+        before = drift_lipschitz_bound(plain)
+        plain.conv1.layer.weight.mul_(3.0)
+    assert drift_lipschitz_bound(plain) == pytest.approx(3.0 * before, rel=1e-6)
+
+
+# -- second-order models --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["sonode", "hbnode"])
+def test_second_order_state_shapes_and_first_euler_step(name):
+    torch.manual_seed(0)
+    model = tiny(name, steps=1, norm="none").eval()
+    block = model.stages[0].blocks
+    assert isinstance(block, SecondOrderBlock)
+    x = torch.rand(3, 1, 8, 8)
+    h = model.stem(x)
+    state = block.state(h)
+    assert state.shape == (3, 2 * h.shape[1], *h.shape[2:])
+    assert block(h).shape == h.shape
+    position, velocity = state.chunk(2, dim=1)
+    # One Euler step from zero velocity/momentum leaves the position unchanged.
+    torch.testing.assert_close(position, h)
+    zero = torch.zeros_like(h)
+    expected = (block.func.f(0.0, torch.cat([h, zero], 1)) if name == "sonode"
+                else block.func.f(0.0, h))
+    torch.testing.assert_close(velocity, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_hbnode_gamma_is_learnable_from_minus_three():
+    # theta(T) first feels the damping after three Euler steps (m(0) = 0; theta' = -m).
+    model = tiny("hbnode", steps=3)
+    gamma = model.stages[0].blocks.func.damping.gamma
+    assert gamma.item() == -3.0 and gamma.requires_grad
+    model(torch.rand(2, 1, 8, 8)).sum().backward()
+    assert gamma.grad is not None and gamma.grad.abs().item() > 0
+
+
+# -- training ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits():
+    splits = DATASETS.build("digits")
+    return splits.x_train[:400], splits.y_train[:400]
+
+
+PARAMS = TrainParams(epochs=2, batch_size=50, optimizer="adam", lr=1e-2, weight_decay=0.0,
+                     schedule="constant")
+
+
+def _loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    torch.manual_seed(1)
+    model.train()  # batch statistics: comparable before and after so few steps
+    with torch.no_grad():
+        return F.cross_entropy(model(x), y).item()
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_short_digits_training_lowers_the_loss(name, digits):
+    x, y = digits
+    torch.manual_seed(0)
+    model = tiny(name, **({"k": 0.2} if name == "sdenet" else {}))  # noise on, moderate
+    before = _loss(model, x, y)
+    model, log = fit(model, x, y, PARAMS, RECIPES.build("standard", penalties=[]),
+                     TrainEnv(seed=0))
+    assert _loss(model, x, y) < 0.85 * before
+    assert log["loss"][-1] < log["loss"][0]
+
+
+# -- replace-then-finetune -------------------------------------------------------------------
+def test_replace_finetune_keeps_pretrained_weights_and_replaces_last_group(digits):
+    x, y = digits
+    params = TrainParams(epochs=1, batch_size=50, optimizer="adam", lr=1e-2, weight_decay=0.0,
+                         schedule="constant")
+    torch.manual_seed(0)
+    reference, _ = fit(tiny("resnet14"), x, y, params, RECIPES.build("standard", penalties=[]),
+                       TrainEnv(seed=0))
+    recipe = RECIPES.build("replace_finetune", penalties=[], pretrain_epochs=1, finetune_epochs=0,
+                           steps=2, k=0.3)
+    torch.manual_seed(0)
+    model, log = recipe.train(tiny("resnet14"), x, y, params, TrainEnv(seed=0))
+    # Pre-training equals the standard recipe; the stem, earlier groups and the last group's
+    # downsampling keep those weights; the last group's blocks are one fresh SDE block.
+    for part in ("stem", "stages.0", "stages.1", "stages.2.down", "head"):
+        ours, theirs = model.get_submodule(part), reference.get_submodule(part)
+        for a, b in zip(ours.state_dict().values(), theirs.state_dict().values(), strict=True):
+            torch.testing.assert_close(a, b)
+    last = model.stages[-1].blocks
+    assert isinstance(last, SDEBlock) and last.func.conv1.layer.out_channels == 32
+    assert model.sde_parameters()["k"] == pytest.approx(0.3)
+    assert len(log["pretrain_loss"]) == 1
+
+
+def test_replace_finetune_from_weights_file_and_architecture_reload(digits, tmp_path):
+    x, y = digits
+    torch.manual_seed(0)
+    base = tiny("resnet14", norm="group")
+    path = tmp_path / "weights.safetensors"
+    save_file(base.state_dict(), str(path))
+    recipe = ReplaceFinetune(pretrained=str(tmp_path), finetune_epochs=1, steps=2,
+                             stepper="euler_maruyama")
+    params = TrainParams(epochs=5, batch_size=100, optimizer="adam", lr=1e-2, weight_decay=0.0)
+    model, log = recipe.train(tiny("resnet14", norm="group"), x, y, params, TrainEnv(seed=0))
+    assert len(log["loss"]) == 1 and "pretrain_loss" not in log  # no pre-training
+    assert isinstance(model.stages[-1].blocks.func.norm1, nn.GroupNorm)  # matches the model
+    # The pipeline's reload path: architecture(fresh model) accepts the trained weights.
+    fresh = recipe.architecture(tiny("resnet14", norm="group"))
+    fresh.load_state_dict(model.state_dict(), strict=True)
+    with pytest.raises(ValueError, match="pretrained"):
+        ReplaceFinetune(pretrained=str(tmp_path / "absent.safetensors")).train(
+            tiny("resnet14"), x, y, params, TrainEnv(seed=0))
+    with pytest.raises(ValueError, match="staged model"):
+        recipe.architecture(build_model("small_cnn", input_shape=(1, 8, 8), num_classes=10))
+
+
+# -- DP compatibility -----------------------------------------------------------------------
+def test_dp_incompatibilities_are_declared():
+    assert dp_incompatibilities(tiny("odenet", solver="rk4")) == []
+    assert dp_incompatibilities(tiny("sdenet")) == []
+    assert "adaptive" in dp_incompatibilities(tiny("odenet", solver="dopri5"))[0]
+    assert "adjoint" in dp_incompatibilities(tiny("odenet64", adjoint=True))[0]
+    assert "spectral" in dp_incompatibilities(tiny("sdenet", spectral_norm=True))[0]
+
+
+def _replayable_noise(model: nn.Module, batch: int) -> dict:
+    """Give every SDE block a fixed table of per-sample increments (one per step), so a batch
+    pass and single-sample passes see the same noise; ``rows`` selects the samples."""
+    current = {"rows": slice(None)}
+    for block_id, block in enumerate(m for m in model.modules() if isinstance(m, SDEBlock)):
+        calls, tables = itertools.count(), {}
+
+        def increment(like, block=block, calls=calls, tables=tables, block_id=block_id):
+            key = (block_id, next(calls) % block.schedule.steps)
+            if key not in tables:
+                tables[key] = block.schedule.k * torch.randn(batch, *like.shape[1:])
+            return tables[key][current["rows"]]
+
+        block.increment = increment
+    return current
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook")
+def test_opacus_per_sample_gradients_of_noisy_sdenet():
+    from opacus import GradSampleModule
+
+    torch.manual_seed(0)
+    model = tiny("sdenet", norm="group", k=0.4, stepper="srk4")
+    rows = _replayable_noise(model, batch=3)
+    x, y = torch.rand(3, 1, 8, 8), torch.tensor([0, 4, 7])
+    params = [p for p in model.parameters() if p.requires_grad]
+    singles = []
+    for i in range(3):
+        rows["rows"] = slice(i, i + 1)
+        loss = F.cross_entropy(model(x[i : i + 1]), y[i : i + 1])
+        singles.append(torch.autograd.grad(loss, params))
+    rows["rows"] = slice(None)
+    wrapped = GradSampleModule(model, loss_reduction="sum")
+    F.cross_entropy(wrapped(x), y, reduction="sum").backward()
+    for i, single in enumerate(singles):
+        for p, g in zip(params, single, strict=True):
+            torch.testing.assert_close(p.grad_sample[i], g, rtol=1e-4, atol=1e-6)
+    # Sensitivity: the noise matters (another draw changes sample 0's gradient).
+    rows["rows"] = slice(0, 1)
+    model.zero_grad()
+    for block in model.modules():
+        if isinstance(block, SDEBlock):
+            block.increment = lambda like, k=block.schedule.k: k * torch.randn_like(like)
+    other = torch.autograd.grad(F.cross_entropy(model(x[:1]), y[:1]), params)
+    assert not torch.allclose(other[0], singles[0][0], rtol=1e-3, atol=1e-5)

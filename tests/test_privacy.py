@@ -1,0 +1,378 @@
+"""Differential privacy: accountants, the NSDE bound, DP bounds on MI, DP-SGD, the CLI."""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from opacus.accountants import create_accountant
+from opacus.grad_sample import GradSampleModule
+from scipy.special import ndtr
+from scipy.stats import binomtest
+from torch import nn
+from typer.testing import CliRunner
+
+from miaudit.models import build_model
+from miaudit.privacy import accounting, bounds, nsde
+from miaudit.privacy.cli import app as privacy_app
+from miaudit.registry import ACCOUNTANTS, RECIPES
+from miaudit.training import TrainEnv, TrainParams
+from miaudit.training.dpsgd import DPSGD, DPIncompatibleModelError, dp_incompatibilities
+
+PUBLISHED_Q = 256 / 25000  # sigma 1.0, 100 epochs, delta 1e-5 (FACTS.md, Opacus 1.6.0)
+PINNED = {"rdp": 6.8076, "gdp": 6.0917, "prv": 6.2862}
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    warnings.filterwarnings("ignore", message="Secure RNG turned off")
+    warnings.filterwarnings("ignore", message="GDP accounting is experimental")
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="opacus")
+
+
+# -- accounting ---------------------------------------------------------------------------------
+def test_accountants_are_registered():
+    assert {"rdp", "gdp", "prv"} <= set(ACCOUNTANTS.names())
+    assert "dpsgd" in RECIPES.names()
+
+
+@pytest.mark.parametrize("name", ["rdp", "gdp", "prv"])
+def test_published_setting_is_pinned_and_equals_opacus(name):
+    ours = accounting.epsilon(1.0, PUBLISHED_Q, 1e-5, epochs=100, accountant=name)
+    direct = create_accountant(mechanism=name)
+    direct.history = [(1.0, PUBLISHED_Q, int(100 / PUBLISHED_Q))]
+    assert ours == direct.get_epsilon(delta=1e-5)
+    assert ours == pytest.approx(PINNED[name], abs=5e-4)
+
+
+@pytest.mark.parametrize("name", ["rdp", "gdp", "prv"])
+def test_epsilon_falls_with_noise_and_grows_with_steps(name):
+    by_noise = [accounting.epsilon(z, 0.01, 1e-5, steps=300, accountant=name)
+                for z in (0.7, 1.0, 1.5, 2.5)]
+    assert all(a > b for a, b in zip(by_noise, by_noise[1:], strict=False))
+    by_steps = [accounting.epsilon(1.0, 0.01, 1e-5, steps=s, accountant=name)
+                for s in (30, 300, 3000)]
+    assert all(a < b for a, b in zip(by_steps, by_steps[1:], strict=False))
+    assert accounting.epsilon(1.0, 0.01, 1e-5, steps=0, accountant=name) == 0.0
+
+
+@pytest.mark.parametrize("name", ["rdp", "gdp"])
+def test_noise_multiplier_inverts_epsilon(name):
+    q = 128 / 25000
+    z = accounting.noise_multiplier(8.0, 1e-5, q, epochs=50, accountant=name)
+    reached = accounting.epsilon(z, q, 1e-5, epochs=50, accountant=name)
+    assert 8.0 - 0.01 <= reached <= 8.0
+    assert accounting.epsilon(0.98 * z, q, 1e-5, epochs=50, accountant=name) > 8.0
+
+
+def test_step_convention_and_errors():
+    assert accounting.resolve_steps(1 / 98, epochs=100) == 9800  # Opacus's loader: exact
+    assert accounting.resolve_steps(PUBLISHED_Q, epochs=100) == int(100 / PUBLISHED_Q) == 9765
+    with pytest.raises(ValueError, match="exactly one"):
+        accounting.resolve_steps(0.1, epochs=1, steps=10)
+    with pytest.raises(ValueError, match="sample_rate"):
+        accounting.epsilon(1.0, 0.0, 1e-5, steps=10)
+    with pytest.raises(ValueError, match="accountant"):
+        accounting.epsilon(1.0, 0.1, 1e-5, steps=10, accountant="moments")
+    with pytest.raises(ValueError, match="delta"):
+        accounting.epsilon(1.0, 0.1, 0.0, steps=10)
+
+
+def test_gaussian_closed_form_equals_prv_without_subsampling():
+    # K Gaussian mechanisms with noise multiplier z are exactly sqrt(K)/z-GDP; PRV with q = 1
+    # composes the same privacy-loss distribution numerically (upper end of +-0.01).
+    for z, steps in ((0.5, 4), (2.0, 10), (5.0, 100)):
+        mu = math.sqrt(steps) / z
+        closed = accounting.gaussian_epsilon(mu, 1e-5)
+        prv = accounting.epsilon(z, 1.0, 1e-5, steps=steps, accountant="prv")
+        assert closed - 0.005 <= prv <= closed + 0.025
+        assert accounting.gaussian_delta(closed, mu) == pytest.approx(1e-5, rel=1e-6)
+        assert accounting.gaussian_mu(closed, 1e-5) == pytest.approx(mu, rel=1e-6)
+
+
+def test_epsilon_table_and_plot(tmp_path):
+    table = accounting.epsilon_table(1.0, 0.01, [1, 5, 20], [1e-5, 1e-3], "rdp")
+    for d, delta in enumerate(table.deltas):
+        for e, epochs in enumerate(table.epochs):
+            assert table.epsilon[d, e] == accounting.epsilon(1.0, 0.01, delta, epochs=epochs,
+                                                             accountant="rdp")
+    assert np.all(np.diff(table.epsilon, axis=1) > 0)  # grows with epochs
+    assert np.all(table.epsilon[0] > table.epsilon[1])  # smaller delta, larger epsilon
+    path = accounting.plot_epsilon_tables([table], tmp_path / "fig4.png")
+    assert path.stat().st_size > 1000
+
+
+# -- NSDE bound ---------------------------------------------------------------------------------
+def test_nsde_mu_does_not_depend_on_solver_steps():
+    closed = 2.0 * 3.0 * 0.5 / 1.5  # T L D / sigma
+    for steps in (1, 7, 64):
+        assert nsde.composed_mu(1.5, 2.0, 3.0, 0.5, steps=steps) == pytest.approx(closed)
+        assert nsde.composed_mu(1.5, 2.0, 3.0, 0.5, steps=steps, iterations=9) == pytest.approx(
+            3 * closed)
+
+
+def test_nsde_bound_inverts_and_is_monotone():
+    base = dict(T=1.0, lipschitz=2.0, distance=1.0, iterations=4)
+    bound = nsde.sigma_bound(2.0, 1e-5, **base)
+    assert nsde.nsde_epsilon(bound.sigma, 1e-5, **base) == pytest.approx(2.0, rel=1e-6)
+    assert bound.sigma == pytest.approx(math.sqrt(4) * 2.0 / accounting.gaussian_mu(2.0, 1e-5))
+    for key, larger in (("T", 2.0), ("lipschitz", 3.0), ("distance", 2.0), ("iterations", 9)):
+        assert nsde.sigma_bound(2.0, 1e-5, **{**base, key: larger}).sigma > bound.sigma
+    assert nsde.sigma_bound(4.0, 1e-5, **base).sigma < bound.sigma
+    assert nsde.sigma_bound(2.0, 1e-3, **base).sigma < bound.sigma
+
+
+def test_nsde_gaussian_bound_equals_opacus_prv_and_classic_is_looser():
+    # K compositions at noise multiplier sigma / (T L D), no subsampling: PRV with q = 1.
+    sigma, T, L, D, K = 3.0, 1.0, 1.5, 1.0, 5
+    ours = nsde.nsde_epsilon(sigma, 1e-5, T=T, lipschitz=L, distance=D, iterations=K)
+    prv = accounting.epsilon(sigma / (T * L * D), 1.0, 1e-5, steps=K, accountant="prv")
+    assert ours - 0.005 <= prv <= ours + 0.025
+    for eps, k in ((0.5, 1), (2.0, 4), (0.9, 1)):
+        gauss = nsde.sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k)
+        classic = nsde.sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k,
+                                   composition="classic")
+        assert classic.sigma > gauss.sigma
+    with pytest.raises(ValueError, match="classic"):
+        nsde.sigma_bound(8.0, 1e-5, T=T, lipschitz=L, distance=D, composition="classic")
+
+
+def test_nsde_training_epsilon_is_dpsgd_accounting():
+    assert nsde.training_epsilon(1.0, 256, 25000, 100, 1e-5, "rdp") == pytest.approx(
+        PINNED["rdp"], abs=5e-4)
+    assert nsde.training_epsilon(1.0, 256, 25000, 10, 1e-5, "rdp", sensitivity=2.0) == \
+        accounting.epsilon(0.5, PUBLISHED_Q, 1e-5, epochs=10, accountant="rdp")
+
+
+def test_nsde_bound_for_a_spectrally_normalized_sdenet():
+    model = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=4,
+                        spectral_norm=True)
+    result = nsde.model_privacy(model, 8.0, 1e-5, distance=0.5)
+    assert result.bound.iterations == 3  # one composition per stochastic block
+    assert result.sigma_model == pytest.approx(0.5 * math.sqrt(4))  # k sqrt(steps)
+    expected = nsde.nsde_epsilon(result.sigma_model, 1e-5, T=1.0,
+                                 lipschitz=result.bound.lipschitz, distance=0.5, iterations=3)
+    assert result.epsilon_model == pytest.approx(expected)
+    assert result.satisfied == (result.sigma_model >= result.bound.sigma)
+    unbounded = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2)
+    with pytest.raises(ValueError, match="Lipschitz"):
+        nsde.model_privacy(unbounded, 8.0, 1e-5, distance=0.5)
+
+
+# -- DP bounds on membership inference ----------------------------------------------------------
+def test_roc_bound_is_monotone_through_delta_and_one():
+    fpr = np.linspace(0, 1, 2001)
+    for eps, delta in ((0.5, 1e-5), (2.0, 0.01), (8.0, 1e-5)):
+        tpr = bounds.roc_bound(fpr, eps, delta)
+        assert tpr[0] == pytest.approx(delta) and tpr[-1] == 1.0
+        assert np.all(np.diff(tpr) >= -1e-15) and np.all(tpr >= fpr - 1e-15)
+    assert np.allclose(bounds.roc_bound(fpr, 0.0, 0.0), fpr)  # 0-DP: no attack beats chance
+
+
+@pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
+@pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
+def test_gaussian_roc_touches_the_matching_dp_bound(mu, eps):
+    # mu-GDP is (eps, delta(eps))-DP with delta from Balle & Wang; the line e^eps x + delta is
+    # tangent to the Gaussian ROC at x* = Phi(-eps/mu - mu/2), so the ROC lies below the bound
+    # and meets it there; with a smaller delta it would cross it.
+    delta = accounting.gaussian_delta(eps, mu)
+    grid = np.concatenate([np.logspace(-12, 0, 3000), np.linspace(0, 1, 3001)])
+    assert np.all(bounds.gaussian_roc(grid, mu) <= bounds.roc_bound(grid, eps, delta) + 1e-12)
+    touch = ndtr(-eps / mu - mu / 2)
+    assert bounds.gaussian_roc(touch, mu) == pytest.approx(
+        float(bounds.roc_bound(touch, eps, delta)), rel=1e-9, abs=1e-14)
+    assert bounds.gaussian_roc(touch, mu) > bounds.roc_bound(touch, eps, 0.5 * delta)
+
+
+def test_randomized_response_attains_the_pure_dp_bound():
+    for eps in (0.3, 1.0, 4.0):
+        p = math.exp(eps) / (1 + math.exp(eps))  # eps-DP randomized response
+        assert float(bounds.roc_bound(1 - p, eps, 0.0)) == pytest.approx(p, rel=1e-12)
+
+
+def test_clopper_pearson_matches_scipy_exact_interval():
+    for k, n in ((0, 10), (3, 10), (50, 200), (199, 200)):
+        ours = bounds.clopper_pearson_upper(np.array([k]), n, 0.05)[0]
+        two_sided = binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact")
+        assert ours == pytest.approx(two_sided.high, rel=1e-9)
+    assert bounds.clopper_pearson_upper(np.array([10]), 10, 0.05)[0] == 1.0
+
+
+def test_empirical_epsilon_of_a_separable_attack_is_large_and_exact():
+    labels = np.repeat([1, 0], 1000)
+    scores = labels.astype(float)
+    audit = bounds.empirical_epsilon(scores, labels, 1e-5, claimed_epsilon=1.0,
+                                     thresholds=[0.5])
+    upper = 1 - 0.025 ** (1 / 1000)  # Clopper-Pearson at 0 of 1000, alpha / 2 (Bonferroni)
+    assert audit.epsilon_lower == pytest.approx(math.log((1 - 1e-5 - upper) / upper))
+    assert audit.epsilon_lower > 4 and audit.verdict == "contradicted"
+    assert audit.fpr == 0 and audit.fnr == 0
+    gridded = bounds.empirical_epsilon(scores, labels, 1e-5)  # 100 thresholds, Bonferroni
+    assert 3.5 < gridded.epsilon_lower < audit.epsilon_lower
+
+
+def test_empirical_epsilon_of_a_null_attack_is_near_zero():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 4000)
+    audit = bounds.empirical_epsilon(rng.normal(size=4000), labels, 1e-5, claimed_epsilon=1.0)
+    assert audit.epsilon_lower < 0.2 and audit.verdict == "consistent"
+
+
+def test_empirical_epsilon_of_a_dp_mechanism_is_valid_and_tight():
+    # The optimal attack on eps-DP randomized response: lower bound below eps, but close.
+    rng = np.random.default_rng(1)
+    eps, n = 1.0, 20000
+    p = math.exp(eps) / (1 + math.exp(eps))
+    labels = np.repeat([1, 0], n)
+    says_member = np.where(labels == 1, rng.random(2 * n) < p, rng.random(2 * n) >= p)
+    audit = bounds.empirical_epsilon(says_member.astype(float), labels, 0.0,
+                                     claimed_epsilon=eps)
+    assert 0.85 < audit.epsilon_lower <= eps and audit.verdict == "consistent"
+
+
+def test_plot_roc_bounds(tmp_path):
+    fpr = np.logspace(-4, 0, 50)
+    path = bounds.plot_roc_bounds({"gaussian mu=1": (fpr, bounds.gaussian_roc(fpr, 1.0))},
+                                  [1.0, 8.0], 1e-5, tmp_path / "fig5.png")
+    assert path.stat().st_size > 1000
+
+
+# -- DP-SGD -------------------------------------------------------------------------------------
+def _data(n: int = 40, features: int = 6, classes: int = 3, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    y = torch.randint(classes, (n,), generator=generator)
+    x = torch.randn(n, features, generator=generator) * 0.3 + nn.functional.one_hot(
+        y, features).float()
+    return x, y
+
+
+def _mlp(features: int = 6, classes: int = 3) -> nn.Module:
+    return build_model("mlp", input_shape=(features,), num_classes=classes, hidden=(8,))
+
+
+def test_dpsgd_records_the_accountants_epsilon_every_epoch():
+    x, y = _data()
+    recipe = RECIPES.build("dpsgd", penalties=[], noise_multiplier=1.0, accountant="rdp")
+    model, log = recipe.train(_mlp(), x, y, TrainParams(epochs=2, batch_size=2, lr=0.1),
+                              TrainEnv(seed=0))
+    # q = 1/20; empty Poisson batches (P ~ 0.13 each) must still count as noise-only steps.
+    assert recipe.engine.accountant.history == [(1.0, 0.05, 40)]
+    assert log["epsilon"] == [accounting.epsilon(1.0, 0.05, 1e-5, steps=s, accountant="rdp")
+                              for s in (20, 40)]
+    assert not isinstance(model, GradSampleModule)
+    _mlp().load_state_dict(model.state_dict())  # saved weights load into the architecture
+
+
+def test_dpsgd_target_epsilon_is_met():
+    # 93 batches: Opacus's Poisson sampler takes int(1 / (1 / 93)) = 92 steps per epoch; the
+    # noise must be solved for the steps actually taken.
+    x, y = _data(n=93)
+    recipe = DPSGD(target_epsilon=4.0, accountant="gdp")
+    _, log = recipe.train(_mlp(), x, y, TrainParams(epochs=2, batch_size=1, lr=0.1),
+                          TrainEnv(seed=1))
+    assert recipe.engine.accountant.history[-1][-1] == 2 * 92
+    assert 4.0 - 0.01 <= log["epsilon"][-1] <= 4.0
+
+
+def test_dpsgd_refuses_models_without_per_sample_gradients():
+    ode = build_model("odenet", input_shape=(1, 8, 8), num_classes=3, width=0.25,
+                      solver="dopri5", norm="group")
+    recipe = DPSGD(noise_multiplier=1.0)
+    x, y = torch.rand(8, 1, 8, 8), torch.randint(3, (8,))
+    with pytest.raises(DPIncompatibleModelError, match="dopri5"):
+        recipe.train(ode, x, y, TrainParams(epochs=1, batch_size=4), TrainEnv())
+
+    class Adjoint(nn.Module):  # no declared reason: found by the attribute heuristic
+        def __init__(self):
+            super().__init__()
+            self.adjoint = True
+            self.linear = nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.linear(x)
+
+    assert dp_incompatibilities(Adjoint())
+    with pytest.raises(ValueError, match="adjoint"):
+        recipe.architecture(Adjoint())
+    assert dp_incompatibilities(_mlp()) == []
+
+
+def test_dpsgd_replaces_batchnorm_with_groupnorm_and_trains():
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+    recipe = DPSGD(noise_multiplier=0.5, accountant="rdp")
+    with pytest.warns(UserWarning, match="GroupNorm"):
+        fixed = recipe.architecture(model)
+    kinds = {type(m) for m in fixed.modules()}
+    assert nn.GroupNorm in kinds and nn.BatchNorm2d not in kinds
+    x, y = torch.rand(16, 1, 8, 8), torch.randint(3, (16,))
+    trained, log = recipe.train(fixed, x, y, TrainParams(epochs=1, batch_size=4), TrainEnv())
+    assert len(log["epsilon"]) == 1 and math.isfinite(log["epsilon"][0])
+
+
+def test_dpsgd_option_errors():
+    with pytest.raises(ValueError, match="exactly one"):
+        DPSGD(target_epsilon=8.0, noise_multiplier=1.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        DPSGD()
+    with pytest.raises(ValueError, match="penalties"):
+        RECIPES.build("dpsgd", penalties=[object()], noise_multiplier=1.0)
+    with pytest.raises(ValueError, match="trust_base"):
+        DPSGD(noise_multiplier=1.0, base="mixup_mmd")
+    with pytest.raises(ValueError, match="accountant"):
+        DPSGD(noise_multiplier=1.0, accountant="moments")
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        DPSGD(noise_multiplier=1.0, max_grad_norm=0)
+
+
+def test_dpsgd_over_pgd_at_gives_exact_per_sample_gradients():
+    from miaudit.defenses.adversarial import pgd_attack
+
+    torch.manual_seed(0)
+    model = _mlp()
+    reference = copy.deepcopy(model)  # same weights, no Opacus hooks
+    x, y = _data(n=6)
+    recipe = DPSGD(noise_multiplier=1.0, base="pgd_at:steps=2,eps=0.1,step=0.05")
+    wrapped = GradSampleModule(model)
+    recipe.base.generator.manual_seed(0)
+    recipe.objective(wrapped, x, y).backward()  # the attack's passes must not be recorded
+    recipe.base.generator.manual_seed(0)
+    x_adv = pgd_attack(reference, x, y, 0.1, 0.05, 2, True, recipe.base.generator)
+    for i in range(len(y)):  # brute force: one backward per sample
+        loss = nn.functional.cross_entropy(reference(x_adv[i : i + 1]), y[i : i + 1])
+        grads = torch.autograd.grad(loss, list(reference.parameters()))
+        for p, g in zip(model.parameters(), grads, strict=True):
+            assert torch.allclose(p.grad_sample[i], g, atol=1e-6)
+    trained, log = DPSGD(noise_multiplier=1.0, accountant="rdp",
+                         base="pgd_at:steps=2,eps=0.1,step=0.05").train(
+        _mlp(), *_data(), TrainParams(epochs=1, batch_size=8), TrainEnv())
+    assert len(log["epsilon"]) == 1
+
+
+# -- CLI ----------------------------------------------------------------------------------------
+def test_cli_smoke(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(privacy_app, ["epsilon", "-z", "1", "-b", "256", "-n", "25000",
+                                         "-e", "100", "-a", "rdp", "-a", "gdp"])
+    assert result.exit_code == 0, result.output
+    assert "6.8076" in result.output and "6.0917" in result.output
+    result = runner.invoke(privacy_app, ["noise", "--epsilon", "8", "-q", "0.00512", "-e", "50",
+                                         "-a", "gdp"])
+    assert result.exit_code == 0 and "0.63" in result.output
+    result = runner.invoke(privacy_app, ["table", "-z", "1", "-q", "0.01", "-e", "1", "-e", "5",
+                                         "-a", "rdp", "-d", "1e-5"])
+    assert result.exit_code == 0 and "delta 1e-05" in result.output
+    out = tmp_path / "eps.png"
+    result = runner.invoke(privacy_app, ["plot", "-z", "1", "-q", "0.01", "--max-epochs", "5",
+                                         "--points", "3", "-a", "gdp", "-o", str(out)])
+    assert result.exit_code == 0 and out.stat().st_size > 1000
+    result = runner.invoke(privacy_app, ["nsde", "--epsilon", "2", "-L", "2", "-K", "4"])
+    sigma = nsde.sigma_bound(2.0, 1e-5, T=1.0, lipschitz=2.0, distance=1.0, iterations=4).sigma
+    assert result.exit_code == 0 and f"{sigma:.4f}" in result.output
+    result = runner.invoke(privacy_app, ["epsilon", "-z", "1", "-e", "1"])  # no sample rate
+    assert result.exit_code != 0
