@@ -147,3 +147,28 @@ def test_robust_evaluation_and_memorization_analysis_are_written(tmp_path):
 def test_memorization_attack_must_be_an_audited_attack():
     with pytest.raises(Exception, match="memorization_attack"):
         validate_config({"attacks": ["loss"], "memorization_attack": "lira"})
+
+
+def test_dpsgd_audit_reports_the_guarantee_and_empirical_lower_bounds(tmp_path):
+    from miaudit.privacy import accounting
+
+    config = tiny_audit(tmp_path, num_models=4)
+    config["train"] = {**config["train"], "epochs": 2,
+                       "recipe": "dpsgd",
+                       "recipe_options": {"noise_multiplier": 1.0, "accountant": "rdp"}}
+    results = _quiet(config)
+    privacy = results.summary["privacy"]
+    keep = np.load(results.run_dir / "keep.npy")
+    expected = []
+    for row in keep:  # each model: Poisson rate 1 / batches, one step per batch, 2 epochs
+        batches = -(-int(row.sum()) // 32)
+        expected.append(accounting.epsilon(1.0, 1 / batches, 1e-5, steps=2 * batches,
+                                           accountant="rdp"))
+    assert privacy["epsilon"] == pytest.approx(max(expected))  # the weakest target's guarantee
+    assert len(privacy["epsilon_per_epoch"]) == 2
+    for attack in results.attacks.values():
+        bound = attack["empirical_epsilon"]
+        # 4 tiny models x 200 samples cannot certify anything near the claimed epsilon.
+        assert 0 <= bound["epsilon_lower"] < privacy["epsilon"]
+        assert bound["verdict"] == "consistent"
+    assert (results.run_dir / "roc_dp_bound.png").exists()

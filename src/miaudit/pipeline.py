@@ -31,6 +31,7 @@ from miaudit.config import (
 from miaudit.data import Pool, make_pool
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, model_seed
+from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.queries import query_outputs
 from miaudit.registry import ATTACKS, DATASETS, OUTPUT_DEFENSES, PENALTIES, RECIPES, parse_spec
 from miaudit.rundir import RunDir, RunDirError, read_array, scores_path, write_array, write_json
@@ -77,6 +78,10 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
     from miaudit.report import plot_roc
 
     plot_roc(run.root, summary)
+    if "privacy" in summary:
+        from miaudit.report import plot_dp_bounds
+
+        plot_dp_bounds(run.root, summary)
     return Results(run_dir=run.root, summary=summary)
 
 
@@ -271,6 +276,8 @@ def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> d
                        query_names=list(cfg.queries))
     targets = list(plan.targets)
     members = plan.keep[targets]
+    metas = [run.load_meta(t) for t in targets]
+    privacy = privacy_summary(metas)
     attacks: dict[str, Any] = {}
     for spec in cfg.attacks:
         label, name, options = attack_label(spec)
@@ -291,10 +298,12 @@ def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> d
         }
         if any(info is not None for info in infos):
             attacks[label]["info"] = infos
+        if privacy:
+            attacks[label]["empirical_epsilon"] = empirical_epsilon(
+                scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
         write_array(scores_path(run.root, label), scores)
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack)
-    metas = [run.load_meta(t) for t in targets]
     train_acc = np.array([m["train_accuracy"] for m in metas])
     test_acc = np.array([m["test_accuracy"] for m in metas])
     return {
@@ -310,7 +319,28 @@ def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> d
             **robust_summary(metas),
         },
         "attacks": attacks,
+        **({"privacy": privacy} if privacy else {}),
         "config": cfg.model_dump(mode="json"),
+    }
+
+
+def privacy_summary(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """The DP guarantee the targets were trained under (dpsgd records epsilon per epoch), or
+    {} when any target was trained without one. The claimed epsilon is the largest over
+    targets, so a lower bound above it contradicts at least one target's guarantee."""
+    logs = [meta.get("log", {}) for meta in metas]
+    if not logs or not all(log.get("epsilon") for log in logs):
+        return {}
+    return {
+        "epsilon": max(float(log["epsilon"][-1]) for log in logs),
+        "delta": float(logs[0]["delta"][-1]),
+        "noise_multiplier": float(logs[0]["noise_multiplier"][-1]),
+        "sample_rate": float(logs[0]["sample_rate"][-1]),
+        "epsilon_per_epoch": [float(v) for v in logs[0]["epsilon"]],
+        "note": "empirical_epsilon per attack: Clopper-Pearson lower bound (95%, Bonferroni over "
+                "thresholds) from the pooled (target, sample) decisions; trials within one "
+                "model are not independent runs, so read it as an indicator, not a proof "
+                "(Jagielski et al. 2020 use one canary per training run).",
     }
 
 

@@ -55,6 +55,8 @@ def model_line(summary: dict[str, Any]) -> str:
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(attack_table(summary))
     console.print(model_line(summary))
+    if "privacy" in summary:
+        console.print(privacy_line(summary))
     timing = summary.get("timing", {})
     if timing:
         console.print(f"time: {timing['total_seconds_this_run']:.1f} s this run "
@@ -63,6 +65,37 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     root = Path(summary["run_dir"])
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
                   f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: {root / 'scores'}")
+
+
+def privacy_line(summary: dict[str, Any]) -> str:
+    """The claimed DP guarantee beside the largest empirical lower bound of any attack."""
+    privacy = summary["privacy"]
+    bounds = {label: attack["empirical_epsilon"]["epsilon_lower"]
+              for label, attack in summary["attacks"].items() if "empirical_epsilon" in attack}
+    best = max(bounds, key=bounds.get) if bounds else None
+    line = (f"DP-SGD targets: epsilon {privacy['epsilon']:.3g} at delta {privacy['delta']:.0e} "
+            f"(noise multiplier {privacy['noise_multiplier']:.3g})")
+    if best is not None:
+        verdict = summary["attacks"][best]["empirical_epsilon"]["verdict"]
+        line += (f"; largest empirical lower bound {bounds[best]:.3g} ({best}): "
+                 f"guarantee {verdict}")
+    return line
+
+
+def plot_dp_bounds(run_root: Path, summary: dict[str, Any]) -> Path:
+    """Pooled ROCs under the claimed (epsilon, delta) bound (the neural-ODE study's Fig. 5)."""
+    from miaudit.privacy.bounds import plot_roc_bounds
+
+    keep = read_array(run_root / "keep.npy")
+    members = keep[summary["targets"]].ravel()
+    curves = {}
+    for label in summary["attacks"]:
+        fpr, tpr, _ = metrics.roc_curve(read_array(scores_path(run_root, label)).ravel(), members)
+        curves[label] = (fpr, tpr)
+    privacy = summary["privacy"]
+    return plot_roc_bounds(curves, [privacy["epsilon"]], privacy["delta"],
+                           run_root / "roc_dp_bound.png", title=f"{summary['name']}: ROC under "
+                           f"the claimed ({privacy['epsilon']:.3g}, {privacy['delta']:g})-DP")
 
 
 def plot_roc(run_root: Path, summary: dict[str, Any]) -> Path:
