@@ -20,7 +20,7 @@ from rich.console import Console
 
 from miaudit.config import load_config
 from miaudit.pipeline import audit
-from miaudit.report import TABLE_KEYS, model_line
+from miaudit.report import TABLE_KEYS, model_line, privacy_line
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,8 +37,10 @@ def run_experiment(name: str, data_dir: Path | None, device: str) -> Path:
         cfg = load_config(config_file, overrides)
         results = audit(cfg, console=Console(stderr=True))
         stem = config_file.stem
-        shutil.copy(results.run_dir / "results.json", outputs / f"{stem}.results.json")
-        shutil.copy(results.run_dir / "roc.png", outputs / f"{stem}.roc.png")
+        for artefact in ("results.json", "roc.png", "roc_dp_bound.png", "memorization.json",
+                         "memorization.png"):
+            if (results.run_dir / artefact).exists():
+                shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
         rows.append((stem, results.summary))
     (outputs / "summary.md").write_text(markdown(rows))
     return outputs
@@ -63,9 +65,21 @@ def markdown(rows: list[tuple[str, dict]]) -> str:
     notes = [f"- {stem}: {model_line(summary)}; {len(summary['targets'])} target(s), "
              f"{summary['num_models']} models, pool {summary['pool_size']}, "
              f"this run {summary.get('timing', {}).get('total_seconds_this_run', 'n/a')} s"
-             for stem, summary in rows]
+             + extra_note(summary) for stem, summary in rows]
     return ("Metrics in percent, pooled over targets (TPR@0.1% with 95% Clopper-Pearson CI).\n\n"
             + "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n")
+
+
+def extra_note(summary: dict) -> str:
+    """Robust accuracy (adversarial training) and the DP guarantee, when the audit has them."""
+    stats, parts = summary["target_models"], []
+    if "test_robust_acc" in stats:
+        parts.append(f"natural/robust (PGD) acc: train {100 * stats['train_natural_acc']:.1f}/"
+                     f"{100 * stats['train_robust_acc']:.1f}%, test "
+                     f"{100 * stats['test_natural_acc']:.1f}/{100 * stats['test_robust_acc']:.1f}%")
+    if "privacy" in summary:
+        parts.append(privacy_line(summary))
+    return "".join(f"; {part}" for part in parts)
 
 
 def main() -> None:

@@ -10,7 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from miaudit import metrics
-from miaudit.rundir import RunDirError, atomic_write, read_array, read_json, scores_path
+from miaudit.rundir import (
+    RunDirError,
+    read_array,
+    read_json,
+    save_figure,
+    scores_path,
+)
 
 TABLE_KEYS = ("tpr@0.001%", "tpr@0.1%", "tpr@1%", "auc", "balanced_accuracy")
 
@@ -120,10 +126,7 @@ def plot_roc(run_root: Path, summary: dict[str, Any]) -> Path:
              title=f"{summary['name']} (pooled over {len(summary['targets'])} targets)")
     axis.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
-    path = run_root / "roc.png"
-    atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
-    plt.close(figure)
-    return path
+    return save_figure(figure, run_root / "roc.png", dpi=120)
 
 
 def load_summary(run_root: Path) -> dict[str, Any]:

@@ -50,6 +50,19 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         tmp_path.unlink(missing_ok=True)
 
 
+def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Save a matplotlib figure atomically (format from the suffix) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    try:
+        atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi,
+                                                      format=path.suffix.lstrip(".") or "png"))
+    finally:
+        plt.close(figure)
+    return path
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(data))
 

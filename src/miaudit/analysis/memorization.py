@@ -20,6 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from miaudit.metrics import roc_curve, summarize
+from miaudit.rundir import save_figure
 from miaudit.signals import cross_entropy
 
 FPR_LEVEL = 1e-3
@@ -172,8 +173,4 @@ def plot_memorization_analysis(table: dict[str, Any], path: str | Path) -> Path:
     top.set_title(f"target {table['target']}: Spearman(loss, mem) train "
                   f"{rho['train']['rho']:.3f}, test {rho['test']['rho']:.3f}")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

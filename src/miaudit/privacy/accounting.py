@@ -36,6 +36,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from miaudit.registry import ACCOUNTANTS
+from miaudit.rundir import save_figure
 
 ACCOUNTANT_NAMES = ("rdp", "gdp", "prv")
 
@@ -236,11 +237,7 @@ def plot_epsilon_tables(tables: Sequence[EpsilonTable], path: str | Path,
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=150)
 
 
 # -- the Gaussian mechanism / mu-GDP ------------------------------------------------------------

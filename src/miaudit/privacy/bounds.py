@@ -32,6 +32,7 @@ from scipy.special import ndtr, ndtri
 from scipy.stats import beta as beta_dist
 
 from miaudit.privacy.accounting import check_delta
+from miaudit.rundir import save_figure
 
 CORRECTIONS = ("bonferroni", "none")
 
@@ -188,8 +189,4 @@ def plot_roc_bounds(curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
     axis.set_title(title or f"ROC under (eps, delta = {delta:g})-DP", fontsize=9)
     axis.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=150)
