@@ -123,18 +123,26 @@ def _tables(noise: float, q: float, epochs: list[float], deltas: list[float],
     return [accounting.epsilon_table(noise, q, epochs, deltas, name) for name in names]
 
 
+def _checked_tables(noise, sample_rate, batch_size, dataset_size, epochs, max_epochs, points,
+                    delta, accountant) -> tuple[float, list]:
+    """The sample rate and one epsilon table per accountant; bad options exit with an error."""
+    try:
+        q = _rate(sample_rate, batch_size, dataset_size)
+        grid = _epoch_grid(epochs, max_epochs, points)
+        return q, _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
+    except ValueError as error:
+        _fail(error)
+        raise  # _fail exits; this keeps the return type honest
+
+
 @app.command("table")
 def table_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
                   dataset_size: Size = None, epochs: EpochList = None, max_epochs: MaxEpochs = 100,
                   points: Points = 10, delta: Deltas = None,
                   accountant: Accountants = None) -> None:
     """Epsilon over epochs for several deltas (the study's Figure 4, left panels, as a table)."""
-    try:
-        q = _rate(sample_rate, batch_size, dataset_size)
-        grid = _epoch_grid(epochs, max_epochs, points)
-        tables = _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
-    except ValueError as error:
-        _fail(error)
+    q, tables = _checked_tables(noise, sample_rate, batch_size, dataset_size, epochs, max_epochs,
+                                points, delta, accountant)
     for result in tables:
         table = Table(title=f"{result.accountant}: epsilon over epochs, z = {noise:g}, "
                             f"q = {q:.6g}")
@@ -153,12 +161,8 @@ def plot_command(noise: Noise,
                  epochs: EpochList = None, max_epochs: MaxEpochs = 100, points: Points = 20,
                  delta: Deltas = None, accountant: Accountants = None) -> None:
     """Plot epsilon over epochs for several deltas, one panel per accountant (Figure 4, left)."""
-    try:
-        q = _rate(sample_rate, batch_size, dataset_size)
-        grid = _epoch_grid(epochs, max_epochs, points)
-        tables = _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
-    except ValueError as error:
-        _fail(error)
+    q, tables = _checked_tables(noise, sample_rate, batch_size, dataset_size, epochs, max_epochs,
+                                points, delta, accountant)
     path = accounting.plot_epsilon_tables(tables, out)
     console.print(f"wrote {path}")
 
