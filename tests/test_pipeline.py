@@ -114,7 +114,7 @@ def test_cli_audit_report_and_listings(tmp_path):
                                  "--epochs", "2", "--attacks", "loss;lira:offline=true"])
     assert result.exit_code == 0, result.output
     assert "lira:offline=true" in result.output and "run directory" in result.output
-    run_dir = next((tmp_path / "runs").iterdir())
+    run_dir = next(p for p in (tmp_path / "runs").iterdir() if p.name.startswith("tiny-"))
     (run_dir / "roc.png").unlink()
     result = runner.invoke(app, ["report", str(run_dir)])
     assert result.exit_code == 0 and (run_dir / "roc.png").exists()
@@ -172,3 +172,25 @@ def test_dpsgd_audit_reports_the_guarantee_and_empirical_lower_bounds(tmp_path):
         assert 0 <= bound["epsilon_lower"] < privacy["epsilon"]
         assert bound["verdict"] == "consistent"
     assert (results.run_dir / "roc_dp_bound.png").exists()
+
+
+def test_identical_models_are_shared_between_run_directories(tmp_path):
+    reference = {"name": "mlp", "options": {"hidden": [8]}}
+    first = _quiet(tiny_audit(tmp_path, name="a", protocol="fixed_target", num_models=4,
+                              reference_model=reference))
+    # Another target, same attacker: the 4 reference models are reused, the target is not.
+    second_config = tiny_audit(tmp_path, name="b", protocol="fixed_target", num_models=4,
+                               reference_model=reference,
+                               model={"name": "mlp", "options": {"hidden": [16]}})
+    second = _quiet(second_config)
+    assert second.run_dir != first.run_dir
+    for index in range(1, 5):
+        for name in ("outputs.safetensors", "weights.safetensors"):
+            assert (first.run_dir / "models" / f"{index:04d}" / name).read_bytes() == \
+                (second.run_dir / "models" / f"{index:04d}" / name).read_bytes()
+    assert (first.run_dir / "models" / "0000" / "outputs.safetensors").read_bytes() != \
+        (second.run_dir / "models" / "0000" / "outputs.safetensors").read_bytes()
+    # share_models=False trains everything again (and a changed seed shares nothing).
+    third = _quiet({**second_config, "name": "c", "seed": 4, "share_models": False})
+    assert (third.run_dir / "models" / "0001" / "outputs.safetensors").read_bytes() != \
+        (second.run_dir / "models" / "0001" / "outputs.safetensors").read_bytes()

@@ -154,6 +154,8 @@ class AuditConfig(_Strict):
     memorization_attack: str | None = None
     validation_fraction: float = Field(default=0.1, gt=0, lt=1)
     output_dir: Path = Path("runs")
+    # reuse identical trained models across run directories (output_dir/model_cache)
+    share_models: bool = True
     device: str = "auto"
 
     @field_validator("attacks")

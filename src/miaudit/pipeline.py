@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +36,15 @@ from miaudit.planning import Plan, make_plan, model_seed
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.queries import query_outputs
 from miaudit.registry import ATTACKS, DATASETS, OUTPUT_DEFENSES, PENALTIES, RECIPES, parse_spec
-from miaudit.rundir import RunDir, RunDirError, read_array, scores_path, write_array, write_json
+from miaudit.rundir import (
+    ModelCache,
+    RunDir,
+    RunDirError,
+    read_array,
+    scores_path,
+    write_array,
+    write_json,
+)
 from miaudit.training import Recipe, TrainEnv, TrainParams
 
 
@@ -154,6 +164,38 @@ def validation_split(plan: Plan, index: int, fraction: float, seed: int) -> np.n
     return np.sort(rng.permutation(out)[: max(1, int(round(fraction * len(out))))])
 
 
+def model_key(cfg: AuditConfig, plan: Plan, index: int) -> str:
+    """Everything that determines model ``index`` and its stored outputs, hashed: two audits
+    (or two run directories) that agree on it would train the very same model."""
+    model_cfg, train_cfg = model_configs(cfg, plan, index)
+    fingerprint = {
+        "data": cfg.data.model_dump(mode="json"), "pool_seed": cfg.seed,
+        "model": model_cfg.model_dump(mode="json"), "train": train_cfg.model_dump(mode="json"),
+        "model_seed": model_seed(cfg.seed, index), "queries": list(cfg.queries),
+        "validation_fraction": cfg.validation_fraction,
+        "robust_eval": None if cfg.robust_eval is None else cfg.robust_eval.model_dump(),
+        "keep": hashlib.sha256(np.packbits(plan.keep[index]).tobytes()).hexdigest(),
+        "pool_size": int(plan.keep.shape[1]),
+    }
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def train_or_fetch(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, index: int,
+                   device: torch.device, progress: Any = None) -> bool:
+    """Model ``index`` from the shared model cache when an identical one was trained before
+    (True), else trained here and added to the cache (False)."""
+    if not cfg.share_models:
+        train_one(run, cfg, plan, pool, index, device, progress)
+        return False
+    cache = ModelCache(cfg.output_dir / "model_cache")
+    key = model_key(cfg, plan, index)
+    if cache.fetch(key, run.model_dir(index)):
+        return True
+    train_one(run, cfg, plan, pool, index, device, progress)
+    cache.store(key, run.model_dir(index))
+    return False
+
+
 def train_one(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, index: int,
               device: torch.device, progress: Any = None) -> None:
     """Train model ``index`` on its IN half, query it on the whole pool, save atomically."""
@@ -212,6 +254,7 @@ def train_all(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, device: tor
     if done:
         console.print(f"[dim]resuming: {done} of {len(plan.keep)} models already trained[/dim]")
     started = time.perf_counter()
+    reused = 0
     with _progress(console, show_progress) as bar:
         overall = bar.add_task("models", total=len(plan.keep), completed=done)
         for index in todo:
@@ -223,13 +266,16 @@ def train_all(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, device: tor
                 bar.update(task, completed=epoch, total=total,
                            description=f"model {index} loss {loss:.3f}")
 
-            train_one(run, cfg, plan, pool, index, device, on_epoch)
+            reused += train_or_fetch(run, cfg, plan, pool, index, device, on_epoch)
             bar.remove_task(epochs)
             bar.advance(overall)
     seconds = time.perf_counter() - started
-    if todo:
-        console.print(f"trained {len(todo)} models in {seconds:.1f} s "
-                      f"({seconds / len(todo):.1f} s per model, device {device})")
+    if reused:
+        console.print(f"reused {reused} identical models from {cfg.output_dir / 'model_cache'}")
+    if len(todo) > reused:
+        trained = len(todo) - reused
+        console.print(f"trained {trained} models in {seconds:.1f} s "
+                      f"({seconds / trained:.1f} s per model, device {device})")
     return seconds
 
 

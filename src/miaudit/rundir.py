@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -161,3 +162,58 @@ def scores_path(root: Path, attack_label: str) -> Path:
     """Where an attack's per-sample scores (targets x N) live; the label made file-safe."""
     name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", attack_label).strip("_") or "attack"
     return Path(root) / "scores" / f"{name}.npy"
+
+
+# -- models shared between run directories ---------------------------------------------------
+MODEL_FILES = ("weights.safetensors", "outputs.safetensors", "meta.json")  # meta.json last
+
+
+def _place(source: Path, destination: Path) -> None:
+    """Hard-link (or copy) ``source`` to ``destination`` atomically."""
+    tmp = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # another file system, or links not supported
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, destination)
+
+
+class ModelCache:
+    """Trained models keyed by everything that determines them (architecture, recipe, seed,
+    membership row, data, queries), so that audits which share models, e.g. the same ANN
+    reference models attacked beside several targets, train each one once. Entries are
+    complete directories, renamed into place atomically; run directories hold links to them."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def entry(self, key: str) -> Path:
+        return self.root / key
+
+    def fetch(self, key: str, destination: Path) -> bool:
+        """Place a cached model's files in ``destination``; False when it is not cached."""
+        entry = self.entry(key)
+        if not (entry / "meta.json").exists():
+            return False
+        destination.mkdir(parents=True, exist_ok=True)
+        for name in MODEL_FILES:
+            _place(entry / name, destination / name)
+        return True
+
+    def store(self, key: str, source: Path) -> None:
+        """Add the complete model directory ``source`` (a no-op when the key exists)."""
+        entry = self.entry(key)
+        if (entry / "meta.json").exists():
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{key}."))
+        try:
+            for name in MODEL_FILES:
+                _place(source / name, staging / name)
+            os.replace(staging, entry)
+        except OSError:
+            if not (entry / "meta.json").exists():
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
