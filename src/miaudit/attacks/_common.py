@@ -108,17 +108,23 @@ def masked_median(signal: np.ndarray, keep: np.ndarray, references: np.ndarray,
                   qidx: np.ndarray, member: bool, limit: int | None = None) -> np.ndarray:
     """Per-sample median over the references in the group (NaN where it is empty).
 
-    Group sizes differ between samples, so a fixed-``kth`` partition does not apply: the
-    values are written into one (N, Q', R) buffer with NaN outside the group, sorted along
-    the reference axis (NaN sorts last), and the middle of each sample's own count is read
-    out (mean of the two middle values for even counts, as ``np.median``).
+    Group sizes differ between samples, so a fixed-``kth`` partition does not apply: each
+    sample's values are packed into one (N, Q', G) buffer, G the largest group (about half the
+    references under the balanced keep matrix, so the buffer is about half a signal array),
+    NaN-padded, sorted along the last axis (NaN sorts last), and the middle of each sample's
+    own count is read out (mean of the two middle values for even counts, as ``np.median``).
     """
     samples = signal.shape[1]
-    buffer = np.full((samples, len(qidx), len(references)), np.nan)
+    groups = list(group_masks(keep, references, member, limit))
     count = np.zeros(samples, dtype=np.int64)
-    for slot, (model, mask) in enumerate(group_masks(keep, references, member, limit)):
-        np.copyto(buffer[:, :, slot], columns(signal[model], qidx), where=mask[:, None])
+    for _, mask in groups:
         count += mask
+    buffer = np.full((samples, len(qidx), max(int(count.max()), 1)), np.nan)
+    slot = np.zeros(samples, dtype=np.int64)  # next free slot of each sample
+    for model, mask in groups:
+        rows = np.flatnonzero(mask)
+        buffer[rows, :, slot[rows]] = columns(signal[model], qidx)[rows]
+        slot[rows] += 1
     buffer.sort(axis=-1)
     low = np.maximum((count - 1) // 2, 0)[:, None, None]
     high = (count // 2)[:, None, None]
