@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 data_dir="${MIAUDIT_DATA_DIR:-../shared/data}"
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(digits_default cifar10_small dp_study snn_study ode_study
-                                  defenses demem)
+                                  defenses defenses_cifar10 demem)
 mkdir -p runs/logs
 for name in "${names[@]}"; do
   echo "== $name start $(date -u +%H:%M:%S)"
