@@ -102,15 +102,13 @@ def audit(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> None:
     """Re-render the table and the ROC plot of a finished run from its directory."""
-    from miaudit.report import load_summary, plot_dp_bounds, plot_roc, print_summary
+    from miaudit.report import load_summary, print_summary, render_plots
     from miaudit.rundir import RunDirError
 
     try:
         summary = load_summary(run_dir)
         summary["run_dir"] = str(run_dir)
-        plot_roc(run_dir, summary)
-        if "privacy" in summary:
-            plot_dp_bounds(run_dir, summary)
+        render_plots(run_dir, summary)
     except RunDirError as error:
         errors.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None

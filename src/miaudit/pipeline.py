@@ -85,13 +85,9 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
         "device": str(device),
     }
     write_json(run.root / "results.json", summary)
-    from miaudit.report import plot_roc
+    from miaudit.report import render_plots
 
-    plot_roc(run.root, summary)
-    if "privacy" in summary:
-        from miaudit.report import plot_dp_bounds
-
-        plot_dp_bounds(run.root, summary)
+    render_plots(run.root, summary)
     return Results(run_dir=run.root, summary=summary)
 
 

@@ -88,23 +88,40 @@ def privacy_line(summary: dict[str, Any]) -> str:
     return line
 
 
-def plot_dp_bounds(run_root: Path, summary: dict[str, Any]) -> Path:
-    """Pooled ROCs under the claimed (epsilon, delta) bound (the neural-ODE study's Fig. 5)."""
-    from miaudit.privacy.bounds import plot_roc_bounds
+def render_plots(run_root: Path, summary: dict[str, Any]) -> None:
+    """Every plot of a finished run: the ROC plot, and for DP-SGD targets the ROCs under the
+    claimed bound. The pooled ROCs are computed once for both."""
+    curves = pooled_rocs(run_root, summary)
+    plot_roc(run_root, summary, curves)
+    if "privacy" in summary:
+        plot_dp_bounds(run_root, summary, curves)
 
+
+def pooled_rocs(run_root: Path,
+                summary: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{attack label: (fpr, tpr)} of the scores pooled over the run's targets."""
     keep = read_array(run_root / "keep.npy")
     members = keep[summary["targets"]].ravel()
     curves = {}
     for label in summary["attacks"]:
         fpr, tpr, _ = metrics.roc_curve(read_array(scores_path(run_root, label)).ravel(), members)
         curves[label] = (fpr, tpr)
+    return curves
+
+
+def plot_dp_bounds(run_root: Path, summary: dict[str, Any],
+                   curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> Path:
+    """Pooled ROCs under the claimed (epsilon, delta) bound (the neural-ODE study's Fig. 5)."""
+    from miaudit.privacy.bounds import plot_roc_bounds
+
     privacy = summary["privacy"]
     return plot_roc_bounds(curves, [privacy["epsilon"]], privacy["delta"],
                            run_root / "roc_dp_bound.png", title=f"{summary['name']}: ROC under "
                            f"the claimed ({privacy['epsilon']:.3g}, {privacy['delta']:g})-DP")
 
 
-def plot_roc(run_root: Path, summary: dict[str, Any]) -> Path:
+def plot_roc(run_root: Path, summary: dict[str, Any],
+             curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> Path:
     """Log-log ROC of every attack, pooled over targets, with the chance line."""
     import matplotlib
 
@@ -116,8 +133,7 @@ def plot_roc(run_root: Path, summary: dict[str, Any]) -> Path:
     figure, axis = plt.subplots(figsize=(5.5, 5))
     floor = 1.0 / max(1, int((~members).sum()))
     for label, attack in summary["attacks"].items():
-        scores = read_array(scores_path(run_root, label)).ravel()
-        fpr, tpr, _ = metrics.roc_curve(scores, members)
+        fpr, tpr = curves[label]
         axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor),
                   label=f"{label} (AUC {attack['pooled']['auc']:.3f})")
     axis.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
