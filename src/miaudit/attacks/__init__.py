@@ -4,6 +4,6 @@ An attack is a pure, vectorized function of the stored outputs: see :class:`Atta
 :class:`Attack`. Higher scores mean "more likely a member".
 """
 
-from miaudit.attacks._base import Attack, AttackInput
+from miaudit.attacks._base import Attack, AttackInput, AttackResult
 
-__all__ = ["Attack", "AttackInput"]
+__all__ = ["Attack", "AttackInput", "AttackResult"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,12 +18,16 @@ class AttackInput:
     labels: (N,) int64 true labels.
     keep:   (M, N) bool, keep[m, i] is True iff model m trained on sample i.
     query_names: the Q query specs, in order.
+    population: indices of the attacker's population samples (RMIA's z, Attack-P): outputs
+        exist for them, no model trained on them (their keep columns are all False) and they
+        are never evaluated. Empty when the audit reserved none.
     """
 
     logits: np.ndarray
     labels: np.ndarray
     keep: np.ndarray
     query_names: list[str]
+    population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -60,12 +65,30 @@ class AttackInput:
         return np.array([self.query_names.index(n) for n in names])
 
 
+@dataclass
+class AttackResult:
+    """What one attack says about one target: (N,) scores (higher = more likely a member) and
+    diagnostics (JSON-able: tuned hyper-parameters, fallbacks taken), stored in results.json."""
+
+    scores: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+
 class Attack:
     """Base class. ``score`` returns (N,) membership scores for the target model, using only
-    the outputs of ``references`` (and their keep rows) as attacker knowledge."""
+    the outputs of ``references`` (and their keep rows) as attacker knowledge. Attacks with
+    diagnostics override ``evaluate`` instead and let ``score`` return its scores."""
 
-    #: False for attacks that need no reference models (LOSS, Attack-P)
-    uses_references: bool = True
+    #: the fewest reference models the attack works with (checked before any training)
+    min_references: int = 1
+    #: True for attacks that need the attacker's population data (``AttackInput.population``)
+    needs_population: bool = False
 
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        return self.evaluate(data, target, references).scores
+
+    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
+        if type(self).score is Attack.score:
+            raise NotImplementedError(f"{type(self).__name__} implements neither score nor "
+                                      "evaluate")
+        return AttackResult(self.score(data, target, references))
