@@ -21,7 +21,7 @@ def test_overrides_reach_nested_fields():
         ({"train": {"optimizer": "rmsprop"}}, "train.optimizer"),
         ({"model": {"name": "no_such_model"}}, "model.name"),
         ({"data": {"name": "mnist9"}}, "data.name"),
-        ({"attacks": ["not_an_attack"]}, "attacks"),
+        ({"attacks": ["not_an_attack"]}, "attacks\\[0\\]"),
         ({"num_models": 5}, "even"),
         ({"queries": ["spin:deg=3"]}, "queries"),
         ({"device": "tpu"}, "device"),
@@ -47,11 +47,40 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(bad)
 
 
-def test_training_hash_ignores_attacks_but_not_training():
-    base = validate_config({})
-    assert base.training_hash() == validate_config({"attacks": ["loss"]}).training_hash()
-    assert base.training_hash() != validate_config({"train": {"epochs": 2}}).training_hash()
-    assert base.run_dir() != validate_config({"seed": 1}).run_dir()
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"attacks": ["lira:ofline=true"]}, "valid options: .*offline"),
+        ({"attacks": ["rmia:gamma=-1"]}, "gamma"),
+        ({"train": {"penalties": ["l1:weight=abc"]}}, "penalties"),
+        ({"queries": ["shift:dx=abc"]}, "dx"),
+        ({"model": {"name": "mlp", "options": {"hiden": [8]}}}, "hidden"),
+        ({"train": {"recipe": "dpsgd", "recipe_options": {"epsilon": 8}}}, "target_epsilon"),
+        ({"train": {"recipe": "early_stopping"}}, "holdout_size"),
+        ({"protocol": "fixed_target", "num_targets": 1}, "rotation only"),
+        ({"seed": -1}, "seed"),
+        ({"train": {"lr": float("inf")}}, "train.lr"),
+        ({"model": {"width": float("inf")}}, "model.width"),
+        ({"device": "cuda:abc"}, "device"),
+    ],
+)
+def test_component_options_fail_before_training(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(raw)
+
+
+def test_defaults_are_one_definition():
+    from miaudit.training import TrainParams
+
+    assert validate_config({}) == load_config()
+    assert validate_config({}).train.params() == TrainParams()
+
+
+def test_run_name_is_derived_from_what_changed():
+    assert validate_config({}).run_name() == "digits-small_cnn"
+    assert validate_config({"data": {"name": "synthetic"}, "model": {"name": "mlp"}}) \
+        .run_name() == "synthetic-mlp"
+    assert validate_config({"name": "mine"}).run_name() == "mine"
 
 
 def test_query_presets_expand():

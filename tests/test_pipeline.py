@@ -17,13 +17,20 @@ def _quiet(config):
     return audit(validate_config(config), show_progress=False)
 
 
+def _scores(results, label):
+    return np.load(results.run_dir / results.summary["scores_dir"] / f"{label}.npy")
+
+
 def test_audit_writes_a_complete_run_directory(tmp_path):
     results = _quiet(tiny_audit(tmp_path))
     root = results.run_dir
-    for name in ("manifest.json", "keep.npy", "results.json", "roc.png"):
+    for name in ("manifest.json", "keep.npy", "split.npz", "results.json", "roc.png"):
         assert (root / name).exists(), name
     assert sorted(p.name for p in (root / "models").iterdir()) == ["0000", "0001", "0002", "0003"]
-    assert np.load(root / "scores" / "lira.npy").shape == (4, 200)
+    split = np.load(root / "split.npz")
+    assert len(split["audited"]) == 180 and len(split["population"]) == 20
+    assert _scores(results, "lira").shape == (4, 180)
+    assert len(list(root.glob("scores-*"))) == 1
     summary = json.loads((root / "results.json").read_text())
     assert set(summary["attacks"]) == {"loss", "lira", "lira:offline=true"}
     for attack in summary["attacks"].values():
@@ -47,36 +54,101 @@ def test_interrupted_run_resumes_without_retraining_and_gives_identical_results(
         tmp_path, monkeypatch):
     reference = _quiet(tiny_audit(tmp_path / "clean"))
     config = tiny_audit(tmp_path / "killed")
-    real_train_one = pipeline.train_one
-    trained = []
-
-    def dies_at_model_2(run, cfg, plan, pool, index, device, progress=None):
-        if index == 2:
-            raise KeyboardInterrupt("simulated kill")
-        trained.append(index)
-        real_train_one(run, cfg, plan, pool, index, device, progress)
-
-    monkeypatch.setattr(pipeline, "train_one", dies_at_model_2)
+    trained = _count_training(monkeypatch, die_at=2)
     with pytest.raises(KeyboardInterrupt):
         _quiet(config)
     assert trained == [0, 1]
-    root = validate_config(config).run_dir()
+    root = pipeline.plan_audit(validate_config(config)).run_dir
     first_weights = (root / "models" / "0000" / "weights.safetensors").stat().st_mtime_ns
 
     trained.clear()
-
-    def counting(run, cfg, plan, pool, index, device, progress=None):
-        trained.append(index)
-        real_train_one(run, cfg, plan, pool, index, device, progress)
-
-    monkeypatch.setattr(pipeline, "train_one", counting)
+    monkeypatch.undo()
+    trained = _count_training(monkeypatch)
     resumed = _quiet(config)
     assert trained == [2, 3]
     assert (root / "models" / "0000" / "weights.safetensors").stat().st_mtime_ns == first_weights
     for label in ("loss", "lira"):
         assert resumed.attacks[label]["pooled"] == reference.attacks[label]["pooled"]
-    assert np.array_equal(np.load(root / "scores" / "lira.npy"),
-                          np.load(reference.run_dir / "scores" / "lira.npy"))
+    assert np.array_equal(_scores(resumed, "lira"), _scores(reference, "lira"))
+
+
+def _count_training(monkeypatch, die_at=None):
+    """Record which models train (and simulate a kill at model ``die_at``)."""
+    real, trained = pipeline.train_model, []
+
+    def counting(job, *args, **kwargs):
+        if job.index == die_at:
+            raise KeyboardInterrupt("simulated kill")
+        trained.append(job.index)
+        return real(job, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_model", counting)
+    return trained
+
+
+def _count_queries(monkeypatch):
+    real, queried = pipeline.query_outputs, []
+
+    def counting(model, x, specs, *args, **kwargs):
+        queried.append(tuple(specs))
+        return real(model, x, specs, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "query_outputs", counting)
+    return queried
+
+
+def test_adding_a_query_trains_nothing_and_queries_every_model_once(tmp_path, monkeypatch):
+    first = _quiet(tiny_audit(tmp_path, share_models=False))
+    trained, queried = _count_training(monkeypatch), _count_queries(monkeypatch)
+    config = tiny_audit(tmp_path, share_models=False,
+                        queries=["identity", "dropout:p=0.1,n=2"])
+    grown = _quiet(config)
+    assert grown.run_dir == first.run_dir
+    assert trained == [] and queried == [("dropout:p=0.1,n=2",)] * 4
+    assert grown.summary["queries"] == ["identity", "dropout:p=0.1,n=2"]
+
+
+def test_raising_num_models_trains_only_the_new_models(tmp_path, monkeypatch):
+    small = _quiet(tiny_audit(tmp_path, num_models=2, attacks=["loss"],
+                              share_models=False))
+    trained = _count_training(monkeypatch)
+    large = _quiet(tiny_audit(tmp_path, num_models=4, share_models=False))
+    assert large.run_dir == small.run_dir and trained == [2, 3]
+    keep = np.load(large.run_dir / "keep.npy")
+    split = np.load(large.run_dir / "split.npz")
+    assert (keep[:, split["audited"]].sum(axis=0) == 2).all()
+
+
+def test_a_bad_option_fails_before_anything_is_trained_or_written(tmp_path, monkeypatch):
+    trained = _count_training(monkeypatch)
+    for bad in ({"attacks": ["lira:ofline=true"]},
+                {"reference_model": {"name": "mlp", "options": {"hidden": "x"}},
+                 "protocol": "fixed_target"}):
+        with pytest.raises(Exception, match="ofline|hidden|mlp"):
+            _quiet(tiny_audit(tmp_path, **bad))
+    assert trained == [] and not (tmp_path / "runs").exists()
+
+
+def test_changed_data_content_never_reuses_models(tmp_path, monkeypatch):
+    first = _quiet(tiny_audit(tmp_path))
+    trained = _count_training(monkeypatch)
+    config = tiny_audit(tmp_path)
+    config["data"]["options"]["separation"] = 0.9  # same name and sizes, other content
+    second = _quiet(config)
+    assert second.run_dir != first.run_dir and trained == [0, 1, 2, 3]
+
+
+def test_damaged_outputs_are_recomputed_not_used(tmp_path, monkeypatch):
+    first = _quiet(tiny_audit(tmp_path, share_models=False))
+    (damaged,) = (first.run_dir / "models" / "0001" / "outputs").glob("*.safetensors")
+    data = bytearray(damaged.read_bytes())
+    data[-3] ^= 0x55
+    damaged.write_bytes(bytes(data))
+    trained, queried = _count_training(monkeypatch), _count_queries(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        again = _quiet(tiny_audit(tmp_path, share_models=False))
+    assert trained == [] and queried == [("identity",)]
+    assert again.attacks["lira"]["pooled"] == first.attacks["lira"]["pooled"]
 
 
 def test_a_changed_config_never_reuses_artefacts(tmp_path):
@@ -85,6 +157,7 @@ def test_a_changed_config_never_reuses_artefacts(tmp_path):
     assert first.run_dir != second.run_dir
     only_attacks = _quiet(tiny_audit(tmp_path, attacks=["loss"]))
     assert only_attacks.run_dir == first.run_dir and set(only_attacks.attacks) == {"loss"}
+    assert len(list(first.run_dir.glob("scores-*"))) == 1  # older generations are dropped
 
 
 def test_fixed_target_with_another_reference_architecture(tmp_path):
@@ -92,7 +165,7 @@ def test_fixed_target_with_another_reference_architecture(tmp_path):
                         reference_model={"name": "mlp", "options": {"hidden": [8, 8]}})
     results = _quiet(config)
     assert results.summary["targets"] == [0] and results.summary["num_models"] == 5
-    meta = json.loads((results.run_dir / "models" / "0003" / "meta.json").read_text())
+    meta = json.loads((results.run_dir / "models" / "0003" / "model.json").read_text())
     assert meta["model"]["options"]["hidden"] == [8, 8]
 
 
@@ -101,7 +174,7 @@ def test_default_audit_end_to_end_at_reduced_size(tmp_path):
                                  "output_dir": str(tmp_path), "device": "cpu"})
     results = audit(cfg, show_progress=False)
     assert set(results.attacks) == set(cfg.attacks)
-    assert results.summary["pool_size"] == 300
+    assert results.summary["pool_size"] == 300 and results.summary["audited_size"] == 270
 
 
 def test_cli_audit_report_and_listings(tmp_path):
@@ -117,6 +190,8 @@ def test_cli_audit_report_and_listings(tmp_path):
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if p.name.startswith("tiny-"))
     (run_dir / "roc.png").unlink()
     result = runner.invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0 and not (run_dir / "roc.png").exists()  # read-only
+    result = runner.invoke(app, ["report", str(run_dir), "--plots"])
     assert result.exit_code == 0 and (run_dir / "roc.png").exists()
     for listing, expected in (("models", "small_cnn"), ("attacks", "lira"),
                               ("datasets", "digits"), ("recipes", "standard")):
@@ -185,12 +260,12 @@ def test_identical_models_are_shared_between_run_directories(tmp_path):
     second = _quiet(second_config)
     assert second.run_dir != first.run_dir
     for index in range(1, 5):
-        for name in ("outputs.safetensors", "weights.safetensors"):
-            assert (first.run_dir / "models" / f"{index:04d}" / name).read_bytes() == \
-                (second.run_dir / "models" / f"{index:04d}" / name).read_bytes()
-    assert (first.run_dir / "models" / "0000" / "outputs.safetensors").read_bytes() != \
-        (second.run_dir / "models" / "0000" / "outputs.safetensors").read_bytes()
+        assert _weights(first, index) == _weights(second, index)
+    assert _weights(first, 0) != _weights(second, 0)
     # share_models=False trains everything again (and a changed seed shares nothing).
     third = _quiet({**second_config, "name": "c", "seed": 4, "share_models": False})
-    assert (third.run_dir / "models" / "0001" / "outputs.safetensors").read_bytes() != \
-        (second.run_dir / "models" / "0001" / "outputs.safetensors").read_bytes()
+    assert _weights(third, 1) != _weights(second, 1)
+
+
+def _weights(results, index):
+    return (results.run_dir / "models" / f"{index:04d}" / "weights.safetensors").read_bytes()

@@ -9,8 +9,10 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from miaudit.errors import MiauditError
 from miaudit.registry import (
     ACCOUNTANTS,
     ATTACKS,
@@ -21,7 +23,6 @@ from miaudit.registry import (
     QUERIES,
     RECIPES,
     Registry,
-    UnknownNameError,
 )
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
@@ -30,12 +31,20 @@ app = typer.Typer(help="Membership-inference privacy audits of neural networks."
 console = Console() if sys.stdout.isatty() else Console(width=160)
 errors = Console(stderr=True)
 
+
+def fail(error: object) -> typer.Exit:
+    """Print a user error on one line (never parsed as markup, never wrapped mid-path) and
+    return the exit to raise (code 2)."""
+    message = " ".join(str(error).split("\n"))
+    errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
 _FLAG_FIELDS = {
     "dataset": "data.name", "data_dir": "data.data_dir", "pool_size": "data.pool_size",
     "model": "model.name", "width": "model.width", "recipe": "train.recipe",
     "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
     "num_models": "num_models", "seed": "seed", "device": "device",
-    "output_dir": "output_dir", "name": "name", "protocol": "protocol",
+    "output_dir": "output_dir", "name": "name", "protocol": "protocol", "threads": "threads",
 }
 
 
@@ -50,8 +59,11 @@ def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
     for item in sets:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise typer.BadParameter(f"--set expects key.path=value, got {item!r}")
-        overrides[key.strip()] = yaml.safe_load(raw)
+            raise MiauditError(f"--set expects key.path=value, got {item!r}")
+        try:
+            overrides[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise MiauditError(f"--set {item!r}: the value is not valid YAML ({error})") from None
     return overrides
 
 
@@ -80,39 +92,62 @@ def audit(
                        typer.Option(help="';'-separated query specs or presets")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="any field: key.path=value "
                     "(YAML value), repeatable")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads (default: "
+                       "torch's choice; set it on a machine with other load)")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
+    wait: Annotated[bool, typer.Option(help="wait for another process working in the same "
+                    "run directory instead of stopping")] = False,
 ) -> None:
-    """Train the model family, attack every target, print the table, write the run directory."""
-    from miaudit.config import ConfigError, load_config
-    from miaudit.data import DataError
+    """Train the model family, attack every target, print the table, write the run directory.
+    Rerunning resumes; raising --num-models or adding queries reuses every finished model."""
+    from miaudit.config import load_config
     from miaudit.pipeline import audit as run_audit
     from miaudit.report import print_summary
-    from miaudit.rundir import RunDirError
 
     flags = {k: v for k, v in locals().items() if k in _FLAG_FIELDS}
     try:
         cfg = load_config(config, _overrides(flags, set_ or [], attacks, queries))
-        results = run_audit(cfg, console=errors, show_progress=not quiet)
-    except (ConfigError, DataError, RunDirError, UnknownNameError, ValueError) as error:
-        errors.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from None
+        results = run_audit(cfg, console=errors, show_progress=not quiet, wait=wait)
+    except MiauditError as error:
+        raise fail(error) from None
+    except OSError as error:  # unwritable / full output directory, unreadable data
+        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
     print_summary(results.summary, console)
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> None:
-    """Re-render the table and the ROC plot of a finished run from its directory."""
-    from miaudit.report import load_summary, print_summary, render_plots
-    from miaudit.rundir import RunDirError
+def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+           plots: Annotated[bool, typer.Option(help="re-render roc.png (and the DP-bound "
+                            "plot) from the stored scores")] = False) -> None:
+    """Print the table of a finished run from its directory (read-only unless --plots)."""
+    from miaudit.report import print_summary, render_plots
+    from miaudit.results import load_summary
 
     try:
         summary = load_summary(run_dir)
         summary["run_dir"] = str(run_dir)
-        render_plots(run_dir, summary)
-    except RunDirError as error:
-        errors.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from None
+        if plots:
+            render_plots(run_dir, summary)
+    except MiauditError as error:
+        raise fail(error) from None
+    except OSError as error:
+        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
     print_summary(summary, console)
+
+
+@app.command("config")
+def show_config(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="key.path=value")] = None,
+) -> None:
+    """Print the resolved config (the defaults when no file is given) as YAML."""
+    from miaudit.config import load_config
+
+    try:
+        cfg = load_config(config, _overrides({}, set_ or [], None, None))
+    except MiauditError as error:
+        raise fail(error) from None
+    console.print(cfg.to_yaml(), markup=False, highlight=False, soft_wrap=True)
 
 
 def _listing(registry: Registry, title: str) -> None:
@@ -120,7 +155,7 @@ def _listing(registry: Registry, title: str) -> None:
     table.add_column("name")
     table.add_column("description")
     for name, description in registry.describe().items():
-        table.add_row(name, description)
+        table.add_row(escape(name), escape(description))
     console.print(table)
 
 
@@ -156,4 +191,8 @@ _mount_privacy()
 
 
 def main() -> None:  # pragma: no cover - console-script entry
+    app()
+
+
+if __name__ == "__main__":  # python -m miaudit.cli
     app()

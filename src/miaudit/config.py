@@ -1,19 +1,30 @@
 """The audit configuration: typed and validated at the boundary (pydantic).
 
-YAML files and CLI flags parse into :class:`AuditConfig`; unknown keys or bad values fail before
-any training with an error naming the field. Inner code receives explicit arguments only.
+YAML files, dicts and CLI flags parse into :class:`AuditConfig`; unknown keys, bad values and
+bad component options (attack, model, recipe, penalty, query, defense specs, checked against
+their constructors) fail before any training with an error naming the field. ``audit()`` and
+``audit({})`` run the same default audit: the defaults below. Inner code receives explicit
+arguments only.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import math
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from miaudit.errors import ConfigError
 from miaudit.registry import (
     ATTACKS,
     DATASETS,
@@ -23,32 +34,31 @@ from miaudit.registry import (
     RECIPES,
     parse_spec,
 )
+from miaudit.training.engine import TrainParams
 
 Spec = str | dict[str, Any]
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
+MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit passes to models
+# The largest keep matrix x outputs an audit may plan (bytes); beyond, refuse with the numbers.
+MAX_OUTPUT_BYTES = 64 << 30
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot be run; the message names the field."""
+__all__ = ["AuditConfig", "ConfigError", "load_config", "validate_config"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-def _check_spec(spec: Spec, registry: Any) -> Spec:
-    name, _ = parse_spec(spec)
-    registry.get(name)  # raises UnknownNameError listing the valid names
-    return spec
-
-
 class DataConfig(_Strict):
-    """Which data set and which part of it forms the audit pool."""
+    """Which data set, which part of it forms the audit pool, and what is set aside."""
 
     name: str = "digits"
     data_dir: Path | None = None
     pool: Literal["all", "train", "test"] = "all"
-    pool_size: int | None = Field(default=None, gt=1)
+    pool_size: int | None = Field(default=None, gt=3)
+    # the attacker's population data (RMIA z, Attack-P): count or fraction of the pool
+    population_size: int | float = Field(default=0.1, ge=0)
+    # the defender's held-out data (validation, MemGuard): count or fraction of the pool
+    holdout_size: int | float = Field(default=0, ge=0)
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -57,12 +67,25 @@ class DataConfig(_Strict):
         DATASETS.get(name)
         return name
 
+    @field_validator("population_size", "holdout_size")
+    @classmethod
+    def _size(cls, value: int | float) -> int | float:
+        if isinstance(value, float) and not (0 < value < 1 or value == 0):
+            raise ValueError(f"a fraction must be in (0, 1), got {value}; give a count as an "
+                             "integer")
+        return value
+
+    @model_validator(mode="after")
+    def _options(self) -> DataConfig:
+        DATASETS.check_options(self.name, self.options, provided=("data_dir",))
+        return self
+
 
 class ModelConfig(_Strict):
     """A registry model, its width multiplier and model-specific options."""
 
     name: str = "small_cnn"
-    width: float = Field(default=1.0, gt=0)
+    width: float = Field(default=1.0, gt=0, le=64)
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -71,24 +94,36 @@ class ModelConfig(_Strict):
         MODELS.get(name)
         return name
 
+    @model_validator(mode="after")
+    def _options(self) -> ModelConfig:
+        MODELS.check_options(self.name, self.options, provided=MODEL_PROVIDED)
+        return self
+
+
+def _train_default(name: str) -> Any:
+    return getattr(TrainParams, name)
+
 
 class TrainConfig(_Strict):
-    """Training recipe (defense) and optimization hyper-parameters."""
+    """Training recipe (defense) and optimization hyper-parameters (defaults: TrainParams)."""
 
     recipe: str = "standard"
     recipe_options: dict[str, Any] = Field(default_factory=dict)
     penalties: list[Spec] = Field(default_factory=list)
-    epochs: int = Field(default=30, ge=1)
-    batch_size: int = Field(default=64, ge=1)
-    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
-    lr: float = Field(default=0.05, gt=0)
-    momentum: float = Field(default=0.9, ge=0, lt=1)
-    nesterov: bool = False
-    weight_decay: float = Field(default=5e-4, ge=0)
-    schedule: Literal["cosine", "step", "constant"] = "cosine"
-    warmup_epochs: float = Field(default=0.0, ge=0)
-    crop_padding: int = Field(default=0, ge=0)
-    flip: bool = False
+    epochs: int = Field(default=_train_default("epochs"), ge=1)
+    batch_size: int = Field(default=_train_default("batch_size"), ge=1)
+    optimizer: Literal["sgd", "adam", "adamw"] = _train_default("optimizer")
+    lr: float = Field(default=_train_default("lr"), gt=0, allow_inf_nan=False)
+    momentum: float = Field(default=_train_default("momentum"), ge=0, lt=1)
+    nesterov: bool = _train_default("nesterov")
+    weight_decay: float = Field(default=_train_default("weight_decay"), ge=0,
+                                allow_inf_nan=False)
+    schedule: Literal["cosine", "step", "constant"] = _train_default("schedule")
+    warmup_epochs: float = Field(default=_train_default("warmup_epochs"), ge=0,
+                                 allow_inf_nan=False)
+    milestones: tuple[float, ...] = _train_default("milestones")
+    crop_padding: int = Field(default=_train_default("crop_padding"), ge=0)
+    flip: bool = _train_default("flip")
 
     @field_validator("recipe")
     @classmethod
@@ -96,10 +131,46 @@ class TrainConfig(_Strict):
         RECIPES.get(name)
         return name
 
-    @field_validator("penalties")
-    @classmethod
-    def _known_penalties(cls, specs: list[Spec]) -> list[Spec]:
-        return [_check_spec(spec, PENALTIES) for spec in specs]
+    @model_validator(mode="after")
+    def _components(self) -> TrainConfig:
+        build_recipe(self)  # option names and values, before any training
+        return self
+
+    def params(self) -> TrainParams:
+        """The optimization hyper-parameters; every field but the recipe's goes there."""
+        names = [f.name for f in fields(TrainParams)]
+        return TrainParams(**{name: getattr(self, name) for name in names})
+
+
+_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties"}
+if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(TrainParams)}:
+    raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
+
+
+def build_penalties(specs: list[Spec]) -> list[Any]:
+    penalties = []
+    for index, spec in enumerate(specs):
+        name, options = parse_spec(spec)
+        PENALTIES.check_options(name, options)
+        penalties.append(_construct(PENALTIES, name, options, f"train.penalties[{index}]"))
+    return penalties
+
+
+def build_recipe(train: TrainConfig) -> Any:
+    """The recipe object with its penalties (options checked against the constructors)."""
+    penalties = build_penalties(train.penalties)
+    RECIPES.check_options(train.recipe, train.recipe_options, provided=("penalties",))
+    return _construct(RECIPES, train.recipe, {"penalties": penalties, **train.recipe_options},
+                      "train.recipe_options")
+
+
+def _construct(registry: Any, name: str, options: dict[str, Any], where: str) -> Any:
+    """Build a component whose options fit its signature; a ValueError inside the constructor
+    is a bad option value (the constructors validate their options that way)."""
+    try:
+        return registry.build(name, **options)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {registry.kind} {name!r}: {error}") from None
 
 
 class RobustEvalConfig(_Strict):
@@ -123,11 +194,26 @@ def attack_label(spec: Spec) -> tuple[str, str, dict[str, Any]]:
     return str(label), name, options
 
 
+def build_attack(spec: Spec, where: str = "attacks") -> Any:
+    try:
+        _, name, options = attack_label(spec)
+        ATTACKS.check_options(name, options)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    return _construct(ATTACKS, name, options, where)
+
+
+def build_output_defense(spec: Spec) -> Any:
+    name, options = parse_spec(spec)
+    OUTPUT_DEFENSES.check_options(name, options)
+    return _construct(OUTPUT_DEFENSES, name, options, "output_defense")
+
+
+DEFAULT_QUERIES = ["identity", "shift:dx=1", "shift:dx=-1"]
 DEFAULT_ATTACKS: list[Spec] = [
-    "loss",
-    "lira",
-    "lira:fixed_variance=true",
-    "lira:offline=true",
+    "loss", "correctness", "song_mittal:signal=confidence", "song_mittal:signal=entropy",
+    "song_mittal:signal=mentr", "watson", "shokri", "attack_p", "attack_r", "rmia_simple",
+    "rmia", "rmia:offline=true", "lira", "lira:fixed_variance=true", "lira:offline=true",
     "lira:offline=true,fixed_variance=true",
 ]
 
@@ -135,8 +221,9 @@ DEFAULT_ATTACKS: list[Spec] = [
 class AuditConfig(_Strict):
     """Everything that defines an audit. See the README's config reference."""
 
-    name: str = Field(default="audit", pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = 0
+    # the run directory is output_dir/<name>-<hash>; None derives "<data>-<model>"
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
+    seed: int = Field(default=0, ge=0, lt=2**32)
     data: DataConfig = Field(default_factory=DataConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -144,29 +231,21 @@ class AuditConfig(_Strict):
     reference_model: ModelConfig | None = None
     reference_train: TrainConfig | None = None
     protocol: Literal["rotation", "fixed_target"] = "rotation"
-    num_models: int = Field(default=16, ge=2)  # rotation: all models; fixed_target: references
-    num_targets: int | None = Field(default=None, ge=1)  # rotation: evaluate the first k only
-    queries: list[str] = Field(default_factory=lambda: ["identity", "flip"], min_length=1)
+    # the balanced family (even): rotation: all models, each the target in turn;
+    # fixed_target: the 2n reference models beside the separate target
+    num_models: int = Field(default=16, ge=2, le=100_000)
+    num_targets: int | None = Field(default=None, ge=1)  # rotation: score the first k only
+    queries: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERIES), min_length=1)
     attacks: list[Spec] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1)
     output_defense: Spec | None = None
     robust_eval: RobustEvalConfig | None = None
     # label of the attack whose scores feed the memorization analysis (DeMem Figure 1)
     memorization_attack: str | None = None
-    validation_fraction: float = Field(default=0.1, gt=0, lt=1)
     output_dir: Path = Path("runs")
     # reuse identical trained models across run directories (output_dir/model_cache)
     share_models: bool = True
     device: str = "auto"
-
-    @field_validator("attacks")
-    @classmethod
-    def _known_attacks(cls, specs: list[Spec]) -> list[Spec]:
-        return [_check_spec(spec, ATTACKS) for spec in specs]
-
-    @field_validator("output_defense")
-    @classmethod
-    def _known_defense(cls, spec: Spec | None) -> Spec | None:
-        return None if spec is None else _check_spec(spec, OUTPUT_DEFENSES)
+    threads: int | None = Field(default=None, ge=1, le=1024)  # torch intra-op threads
 
     @field_validator("queries")
     @classmethod
@@ -174,79 +253,117 @@ class AuditConfig(_Strict):
         from miaudit.queries import build_query, expand_queries
 
         expanded = expand_queries(specs)
-        for spec in expanded:
+        for index, spec in enumerate(expanded):
+            name, options = parse_spec(spec)
+            from miaudit.registry import QUERIES
+
+            QUERIES.check_options(name, options)
+            _construct(QUERIES, name, options, f"queries[{index}]")
             build_query(spec)
         return expanded
+
+    @field_validator("output_defense")
+    @classmethod
+    def _known_defense(cls, spec: Spec | None) -> Spec | None:
+        if spec is not None:
+            build_output_defense(spec)
+        return spec
 
     @field_validator("device")
     @classmethod
     def _device(cls, device: str) -> str:
-        if device != "auto" and device.split(":")[0] not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"device must be auto, cpu, cuda[:i] or mps, got {device!r}")
+        kind, _, index = device.partition(":")
+        if device != "auto" and (kind not in ("cpu", "cuda", "mps")
+                                 or (index and not (kind == "cuda" and index.isdigit()))):
+            raise ValueError(f"device must be auto, cpu, cuda, cuda:<index> or mps, got "
+                             f"{device!r}")
         return device
 
     @model_validator(mode="after")
-    def _memorization_attack(self) -> AuditConfig:
+    def _attacks(self) -> AuditConfig:
         labels = [attack_label(spec)[0] for spec in self.attacks]
         if len(set(labels)) != len(labels):
             raise ValueError(f"attack labels must be distinct, got {labels}")
+        references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
+        for index, spec in enumerate(self.attacks):
+            attack = build_attack(spec, f"attacks[{index}]")
+            if attack.min_references > references:
+                raise ValueError(f"attacks[{index}] ({labels[index]}) needs at least "
+                                 f"{attack.min_references} reference models, this audit gives "
+                                 f"{references}; raise num_models")
+            if attack.needs_population and not self.data.population_size:
+                raise ValueError(f"attacks[{index}] ({labels[index]}) needs the attacker's "
+                                 "population data: set data.population_size (e.g. 0.1)")
         if self.memorization_attack is not None and self.memorization_attack not in labels:
             raise ValueError(f"memorization_attack {self.memorization_attack!r} is not one of "
                              f"the attacks {labels}")
         return self
 
     @model_validator(mode="after")
+    def _holdout(self) -> AuditConfig:
+        users = []
+        for where, train in (("train", self.train), ("reference_train", self.reference_train)):
+            if train is not None and build_recipe(train).needs_validation:
+                users.append(f"{where}.recipe {train.recipe}")
+        if self.output_defense is not None and getattr(
+                build_output_defense(self.output_defense), "needs_holdout", False):
+            users.append("output_defense")
+        if users and not self.data.holdout_size:
+            raise ValueError(f"{', '.join(users)} need(s) held-out data that is never "
+                             "evaluated: set data.holdout_size (e.g. 0.1)")
+        return self
+
+    @model_validator(mode="after")
     def _protocol(self) -> AuditConfig:
+        if self.num_models % 2:
+            raise ValueError("num_models must be even (every sample IN for half the models)")
         if self.protocol == "rotation":
-            if self.num_models % 2:
-                raise ValueError("rotation needs an even num_models (each sample IN for half)")
             if self.reference_model is not None or self.reference_train is not None:
                 raise ValueError("reference_model/reference_train need protocol fixed_target")
             if self.num_targets is not None and self.num_targets > self.num_models:
                 raise ValueError("num_targets exceeds num_models")
-        elif self.num_models % 2:
-            raise ValueError("fixed_target needs an even number of reference models (2n)")
+        elif self.num_targets is not None:
+            raise ValueError("num_targets applies to protocol rotation only (fixed_target has "
+                             "one target)")
         return self
 
-    # -- identity of the artefacts -------------------------------------------------------------
-    def training_fingerprint(self) -> dict[str, Any]:
-        """The fields that determine the trained models and their stored outputs."""
-        return self.model_dump(
-            mode="json",
-            include={"seed", "data", "model", "train", "reference_model", "reference_train",
-                     "protocol", "num_models", "queries", "validation_fraction",
-                     "robust_eval"},
-        )
-
-    def training_hash(self) -> str:
-        text = json.dumps(self.training_fingerprint(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def run_dir(self) -> Path:
-        return self.output_dir / f"{self.name}-{self.training_hash()[:12]}"
+    def run_name(self) -> str:
+        """The given name, else one derived from the data set and the model."""
+        if self.name is not None:
+            return self.name
+        return f"{self.data.name}-{self.model.name}".replace(":", "_").replace(".", "_")
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
 def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> AuditConfig:
-    """Read a YAML config (the embedded default when ``path`` is None), apply dotted overrides
+    """Read a YAML config (the defaults when ``path`` is None), apply dotted overrides
     (``{"train.epochs": 5}``) and validate."""
-    source = DEFAULT_CONFIG if path is None else Path(path)
-    try:
-        raw = yaml.safe_load(source.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file {source} does not exist") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config file {source} is not valid YAML: {error}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config file {source} must hold a mapping, got {type(raw).__name__}")
+    raw: Any = {}
+    if path is not None:
+        source = Path(path)
+        try:
+            raw = yaml.safe_load(source.read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {source} is a directory; give a YAML file") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config file {source} cannot be read: {error}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {source} is not valid YAML: {error}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {source} must hold a mapping, got "
+                              f"{type(raw).__name__}")
     for dotted, value in (overrides or {}).items():
         _set_dotted(raw, dotted, value)
     return validate_config(raw)
 
 
 def validate_config(raw: dict[str, Any]) -> AuditConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config is a mapping, got {type(raw).__name__}")
     try:
         return AuditConfig.model_validate(raw)
     except ValidationError as error:
@@ -267,9 +384,12 @@ def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _format_errors(error: ValidationError) -> str:
-    lines = ["invalid audit config:"]
+    problems = []
     for item in error.errors():
         field = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {field}: {message}")
-    return "\n".join(lines)
+        value = item.get("input")
+        if isinstance(value, float) and not math.isfinite(value):
+            message += f" (got {value})"
+        problems.append(f"{field}: {message}")
+    return "invalid audit config: " + "; ".join(problems)

@@ -1,13 +1,26 @@
-"""The audit pipeline: plan memberships, train every model (resumably), query, attack, report.
+"""The audit pipeline: stages with their own identities.
 
-``audit(config) -> Results`` is the public entry point; the CLI's ``miaudit audit`` calls it.
+``audit(config) -> Results`` runs, for the run directory of ``config``:
+
+1. **plan**: load the data, split the pool (audited / population / holdout), plan memberships
+   (complementary pairs: raising ``num_models`` keeps every existing model);
+2. **train**: weights of every model, keyed by data + architecture + recipe + seed +
+   membership (+ device kind); reused from the run directory or the shared model cache;
+3. **query**: logits of every pool sample under every query spec, keyed by the weights and the
+   spec, computed from the *reloaded* weights (so adding a query trains nothing);
+4. **evaluate**: robust accuracy, keyed by the weights and its settings;
+5. **score**: attacks and metrics over stored outputs, never touching a model, written as one
+   atomic generation;
+6. **report**: plots and the HTML report.
+
+Each stage resumes on its own: a killed run, rerun with the same command, recomputes only
+what is missing, stale (another identity) or damaged (digest mismatch).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,8 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from miaudit import identity as ids
 from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.config import (
@@ -27,68 +42,101 @@ from miaudit.config import (
     RobustEvalConfig,
     TrainConfig,
     attack_label,
+    build_attack,
+    build_output_defense,
+    build_recipe,
     load_config,
     validate_config,
 )
 from miaudit.data import Pool, make_pool
+from miaudit.errors import ConfigError, DataError, MiauditError
+from miaudit.io import read_json, write_array, write_json
 from miaudit.models import build_model
-from miaudit.planning import Plan, make_plan, model_seed
+from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.queries import query_outputs
-from miaudit.registry import ATTACKS, DATASETS, OUTPUT_DEFENSES, PENALTIES, RECIPES, parse_spec
-from miaudit.rundir import (
-    ModelCache,
-    RunDir,
-    RunDirError,
-    read_array,
-    scores_path,
-    write_array,
-    write_json,
-)
-from miaudit.training import Recipe, TrainEnv, TrainParams
+from miaudit.registry import DATASETS
+from miaudit.results import Results, Summary
+from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, scores_name
+from miaudit.training import TrainEnv
+
+__all__ = ["Results", "audit"]
+
+
+@dataclass(frozen=True)
+class ModelJob:
+    """Everything that determines one model (picklable: executors ship it to workers)."""
+
+    index: int
+    model: ModelConfig
+    train: TrainConfig
+    seed: int
+    identity: str
 
 
 @dataclass
-class Results:
-    """What an audit produced: the run directory and the contents of its results.json."""
+class Audit:
+    """The planned audit: config, data, plan and the per-model jobs."""
 
-    run_dir: Path
-    summary: dict[str, Any]
+    cfg: AuditConfig
+    pool: Pool
+    plan: Plan
+    device: torch.device
+    data_identity: dict[str, Any]
+    jobs: list[ModelJob]
 
     @property
-    def attacks(self) -> dict[str, Any]:
-        return self.summary["attacks"]
+    def run_identity(self) -> str:
+        cfg = self.cfg
+        dump = _dump
+        return ids.run_identity(
+            data=self.data_identity, seed=cfg.seed, protocol=cfg.protocol,
+            model=dump(cfg.model), train=dump(cfg.train),
+            reference_model=dump(cfg.reference_model), reference_train=dump(cfg.reference_train))
 
-    def metric(self, attack: str, key: str, view: str = "pooled") -> float:
-        """E.g. ``results.metric("lira", "tpr@0.1%")``; view is pooled, mean or std."""
-        return self.attacks[attack][view][key]
+    @property
+    def run_dir(self) -> Path:
+        return self.cfg.output_dir / f"{self.cfg.run_name()}-{self.run_identity[:12]}"
+
+
+def _dump(model: Any) -> Any:
+    return None if model is None else model.model_dump(mode="json")
 
 
 def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
-          console: Console | None = None, show_progress: bool = True) -> Results:
-    """Run (or resume) the audit described by ``config`` and return its results."""
+          console: Console | None = None, show_progress: bool = True,
+          wait: bool = False) -> Results:
+    """Run (or resume, or grow) the audit described by ``config`` and return its results."""
     cfg = _coerce_config(config)
     console = console or Console(stderr=True)
-    device = resolve_device(cfg.device)
-    run = RunDir(cfg.run_dir())
-    run.claim(cfg.training_hash(), cfg.model_dump(mode="json"))
     started = time.perf_counter()
-    pool = load_pool(cfg)
-    plan = load_or_make_plan(run, cfg, len(pool))
-    train_seconds = train_all(run, cfg, plan, pool, device, console, show_progress)
-    attack_started = time.perf_counter()
-    summary = evaluate(run, cfg, plan, pool.y.numpy())
-    summary["timing"] = {
-        "train_seconds_this_run": round(train_seconds, 2),
-        "attack_seconds": round(time.perf_counter() - attack_started, 2),
-        "total_seconds_this_run": round(time.perf_counter() - started, 2),
-        "device": str(device),
-    }
-    write_json(run.root / "results.json", summary)
-    from miaudit.report import render_plots
+    planned = plan_audit(cfg)
+    run = RunDir(planned.run_dir)
+    with run.lock(wait=wait):
+        swept = run.sweep()
+        if swept:
+            console.print(f"[dim]removed {swept} temporary file(s) a killed run left[/dim]")
+        run.claim(planned.run_identity, cfg.model_dump(mode="json"))
+        run.write_plan(planned.plan.keep, {"audited": planned.plan.split.audited,
+                                           "population": planned.plan.split.population,
+                                           "holdout": planned.plan.split.holdout})
+        train_seconds = train_stage(run, planned, console, show_progress)
+        query_seconds = query_stage(run, planned, console, show_progress)
+        evaluate_stage(run, planned)
+        score_started = time.perf_counter()
+        summary = score_stage(run, planned)
+        summary["timing"] = {
+            "train_seconds_this_run": round(train_seconds, 2),
+            "query_seconds_this_run": round(query_seconds, 2),
+            "attack_seconds": round(time.perf_counter() - score_started, 2),
+            "total_seconds_this_run": round(time.perf_counter() - started, 2),
+            "device": str(planned.device),
+        }
+        results = publish(run, summary)
+        from miaudit.report import render_plots
 
-    render_plots(run.root, summary)
-    return Results(run_dir=run.root, summary=summary)
+        render_plots(run.root, results.summary)
+    return results
 
 
 def _coerce_config(config: AuditConfig | dict[str, Any] | str | Path | None) -> AuditConfig:
@@ -99,33 +147,75 @@ def _coerce_config(config: AuditConfig | dict[str, Any] | str | Path | None) -> 
     return load_config(None if config is None else Path(config))
 
 
+# -- plan ---------------------------------------------------------------------------------------
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available")
+        raise ConfigError(f"device {name!r} requested but CUDA is not available here")
+    if device.type == "cuda" and device.index is not None \
+            and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {name!r} requested but MPS is not available here")
     return device
 
 
 def load_pool(cfg: AuditConfig) -> Pool:
     splits = DATASETS.build(cfg.data.name, data_dir=cfg.data.data_dir, **cfg.data.options)
-    return make_pool(splits, cfg.data.pool, cfg.data.pool_size, cfg.seed)
+    try:
+        return make_pool(splits, cfg.data.pool, cfg.data.pool_size, cfg.seed)
+    except ValueError as error:
+        raise DataError(str(error)) from None
 
 
-def load_or_make_plan(run: RunDir, cfg: AuditConfig, num_samples: int) -> Plan:
-    plan = make_plan(cfg.protocol, cfg.num_models, num_samples, cfg.seed, cfg.num_targets)
-    path = run.root / "keep.npy"
-    if path.exists():
-        stored = read_array(path)
-        if not np.array_equal(stored, plan.keep):
-            raise RunDirError(f"{path} differs from the keep matrix this config plans")
-    else:
-        write_array(path, plan.keep)
-    return plan
+def plan_audit(cfg: AuditConfig) -> Audit:
+    """Everything up to, not including, the first write: data, split, plan, identities, and
+    a dry build of every architecture (a bad model option fails here, before training)."""
+    device = resolve_device(cfg.device)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    pool = load_pool(cfg)
+    check_pool(cfg, pool)
+    split = make_split(len(pool), cfg.data.population_size, cfg.data.holdout_size, cfg.seed)
+    plan = make_plan(cfg.protocol, cfg.num_models, split, cfg.seed, cfg.num_targets)
+    data = ids.data_identity(cfg.data.model_dump(mode="json"), ids.pool_digest(pool.x, pool.y))
+    jobs = []
+    for index in range(len(plan.keep)):
+        model_cfg, train_cfg = model_configs(cfg, plan, index)
+        seed = model_seed(cfg.seed, index)
+        identity = ids.model_identity(
+            data=data, model=_dump(model_cfg), train=_dump(train_cfg), model_seed=seed,
+            membership=plan.keep[index], holdout=split.holdout, device_kind=device.type)
+        jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
+    for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
+            j.model, j.train) for j in jobs}.values():
+        build_architecture(model_cfg, train_cfg, pool)
+    return Audit(cfg, pool, plan, device, data, jobs)
 
 
-# -- training ----------------------------------------------------------------------------------
+def check_pool(cfg: AuditConfig, pool: Pool) -> None:
+    """Problems knowable from the data alone, before anything is written."""
+    classes = int(pool.y.unique().numel())
+    if classes < 2:
+        raise DataError(f"data set {cfg.data.name!r} has {classes} class in the pool; "
+                        "membership inference needs at least 2")
+    if not pool.is_image:
+        from miaudit.queries import build_query
+
+        for spec in cfg.queries:
+            if not build_query(spec).applies_to_tabular:
+                raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
+                                  f"{cfg.data.name!r} is tabular; use identity or dropout")
+    models = cfg.num_models + (cfg.protocol == "fixed_target")
+    needed = models * len(pool) * len(cfg.queries) * pool.num_classes * 4 * 2
+    if needed > 64 << 30:
+        raise ConfigError(f"num_models {cfg.num_models} x pool {len(pool)} x "
+                          f"{len(cfg.queries)} queries x {pool.num_classes} classes needs about "
+                          f"{needed / 2**30:.0f} GiB for outputs and signals; lower one of them")
+
+
 def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig, TrainConfig]:
     """Architecture and recipe of model ``index`` (references may differ under fixed_target)."""
     if plan.is_reference_architecture(index):
@@ -133,146 +223,86 @@ def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig
     return cfg.model, cfg.train
 
 
-def build_recipe(train: TrainConfig) -> Recipe:
-    penalties = []
-    for spec in train.penalties:
-        name, options = parse_spec(spec)
-        penalties.append(PENALTIES.build(name, **options))
-    return RECIPES.build(train.recipe, penalties=penalties, **train.recipe_options)
+def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,
+                       pool: Pool) -> torch.nn.Module:
+    """The registry model as its recipe outputs it (so saved weights load back)."""
+    try:
+        model = build_model(model_cfg.name, input_shape=pool.input_shape,
+                            num_classes=pool.num_classes, width=model_cfg.width,
+                            **model_cfg.options)
+    except (ValueError, TypeError) as error:  # the dry build at plan time: a bad option value
+        raise ConfigError(f"model {model_cfg.name!r} (width {model_cfg.width}, options "
+                          f"{model_cfg.options}) cannot be built: {error}") from None
+    return build_recipe(train_cfg).architecture(model)
 
 
-def train_params(train: TrainConfig) -> TrainParams:
-    fields = TrainParams.__dataclass_fields__
-    return TrainParams(**{k: v for k, v in train.model_dump().items() if k in fields})
-
-
-def build_architecture(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:
-    return build_model(model_cfg.name, input_shape=pool.input_shape,
-                       num_classes=pool.num_classes, width=model_cfg.width, **model_cfg.options)
-
-
-def validation_split(plan: Plan, index: int, fraction: float, seed: int) -> np.ndarray:
-    """Indices of held-out samples for recipes that need validation data (early stopping,
-    MMD): a seeded subset of the model's OUT samples. They stay non-members for the attack;
-    the model never trains on them, only selects or regularizes with them."""
-    out = np.flatnonzero(~plan.keep[index])
-    rng = np.random.default_rng(np.random.SeedSequence([seed, index, 0x56414C]))
-    return np.sort(rng.permutation(out)[: max(1, int(round(fraction * len(out))))])
-
-
-def model_key(cfg: AuditConfig, plan: Plan, index: int) -> str:
-    """Everything that determines model ``index`` and its stored outputs, hashed: two audits
-    (or two run directories) that agree on it would train the very same model."""
-    model_cfg, train_cfg = model_configs(cfg, plan, index)
-    fingerprint = {
-        "data": cfg.data.model_dump(mode="json"), "pool_seed": cfg.seed,
-        "model": model_cfg.model_dump(mode="json"), "train": train_cfg.model_dump(mode="json"),
-        "model_seed": model_seed(cfg.seed, index), "queries": list(cfg.queries),
-        "validation_fraction": cfg.validation_fraction,
-        "robust_eval": None if cfg.robust_eval is None else cfg.robust_eval.model_dump(),
-        "keep": hashlib.sha256(np.packbits(plan.keep[index]).tobytes()).hexdigest(),
-        "pool_size": int(plan.keep.shape[1]),
-    }
-    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def train_or_fetch(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, index: int,
-                   device: torch.device, progress: Any = None) -> bool:
-    """Model ``index`` from the shared model cache when an identical one was trained before
-    (True), else trained here and added to the cache (False)."""
-    if not cfg.share_models:
-        train_one(run, cfg, plan, pool, index, device, progress)
-        return False
-    cache = ModelCache(cfg.output_dir / "model_cache")
-    key = model_key(cfg, plan, index)
-    if cache.fetch(key, run.model_dir(index)):
-        return True
-    train_one(run, cfg, plan, pool, index, device, progress)
-    cache.store(key, run.model_dir(index))
-    return False
-
-
-def train_one(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, index: int,
-              device: torch.device, progress: Any = None) -> None:
-    """Train model ``index`` on its IN half, query it on the whole pool, save atomically."""
-    model_cfg, train_cfg = model_configs(cfg, plan, index)
-    seed = model_seed(cfg.seed, index)
-    recipe = build_recipe(train_cfg)
-    torch.manual_seed(seed)
-    model = build_architecture(model_cfg, pool)
-    member = torch.from_numpy(plan.keep[index])
-    x_val = y_val = None
-    if recipe.needs_validation:
-        held_out = torch.from_numpy(validation_split(plan, index, cfg.validation_fraction, seed))
-        x_val, y_val = pool.x[held_out], pool.y[held_out]
+# -- train --------------------------------------------------------------------------------------
+def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:
+    """Train the models that have no valid record yet; returns the seconds spent."""
+    todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
+    cache = ModelCache(planned.cfg.output_dir / "model_cache") if planned.cfg.share_models \
+        else None
+    if cache is not None:
+        fetched = [job for job in todo if fetch_model(cache, run, job)]
+        todo = [job for job in todo if job not in fetched]
+        if fetched:
+            console.print(f"reused {len(fetched)} identical model(s) from {escape(str(cache.root))}")
+    done = len(planned.jobs) - len(todo)
+    if done and todo:
+        console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
+                      "[/dim]")
     started = time.perf_counter()
-    env = TrainEnv(device=device, seed=seed, progress=progress)
-    model, log = recipe.train(model, pool.x[member], pool.y[member], train_params(train_cfg),
-                              env, x_val, y_val)
-    train_seconds = time.perf_counter() - started
-    logits = query_outputs(model, pool.x, cfg.queries, device, seed)
-    correct = (logits[:, 0].argmax(1) == pool.y).numpy()
-    meta = {
-        "index": index, "seed": seed, "model": model_cfg.model_dump(mode="json"),
-        "recipe": train_cfg.recipe, "train_seconds": round(train_seconds, 3),
-        "query_seconds": round(time.perf_counter() - started - train_seconds, 3),
-        "train_accuracy": float(correct[plan.keep[index]].mean()),
-        "test_accuracy": float(correct[~plan.keep[index]].mean()),
-        "log": _jsonable(log),
-    }
-    if cfg.robust_eval is not None:
-        meta["robust"] = robust_accuracies(model, pool, plan.keep[index], cfg.robust_eval,
-                                           device, seed)
-    run.save_model(index, model.state_dict(), logits, meta)
-
-
-def robust_accuracies(model: torch.nn.Module, pool: Pool, member: np.ndarray,
-                      robust: RobustEvalConfig, device: torch.device,
-                      seed: int) -> dict[str, dict[str, float]]:
-    """Natural and PGD robust accuracy on (a seeded subset of) members and non-members."""
-    from miaudit.defenses.adversarial import natural_and_robust_accuracy
-
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x524F42]))
-    result = {}
-    for split, rows in (("train", np.flatnonzero(member)), ("test", np.flatnonzero(~member))):
-        chosen = torch.from_numpy(np.sort(rng.permutation(rows)[: robust.max_samples]))
-        result[split] = natural_and_robust_accuracy(
-            model, pool.x[chosen], pool.y[chosen], eps=robust.eps, step=robust.step,
-            steps=robust.steps, device=device, seed=seed)
-    return result
-
-
-def train_all(run: RunDir, cfg: AuditConfig, plan: Plan, pool: Pool, device: torch.device,
-              console: Console, show_progress: bool) -> float:
-    """Train the models that are not complete yet; returns the seconds spent."""
-    todo = [m for m in range(len(plan.keep)) if not run.is_complete(m)]
-    done = len(plan.keep) - len(todo)
-    if done:
-        console.print(f"[dim]resuming: {done} of {len(plan.keep)} models already trained[/dim]")
-    started = time.perf_counter()
-    reused = 0
     with _progress(console, show_progress) as bar:
-        overall = bar.add_task("models", total=len(plan.keep), completed=done)
-        for index in todo:
-            epochs = bar.add_task(f"model {index}", total=None)
+        overall = bar.add_task("training", total=len(planned.jobs), completed=done)
+        for job in todo:
+            task = bar.add_task(f"model {job.index}", total=None)
 
-            def on_epoch(epoch: int, total: int, stats: dict[str, float], task: Any = epochs,
-                         index: int = index) -> None:
-                loss = stats.get("loss", float("nan"))
+            def on_epoch(epoch: int, total: int, stats: dict[str, float], task: Any = task,
+                         index: int = job.index) -> None:
                 bar.update(task, completed=epoch, total=total,
-                           description=f"model {index} loss {loss:.3f}")
+                           description=f"model {index} loss {stats.get('loss', float('nan')):.3f}")
 
-            reused += train_or_fetch(run, cfg, plan, pool, index, device, on_epoch)
-            bar.remove_task(epochs)
+            state, meta = train_model(job, planned.pool, planned.plan, planned.device, on_epoch)
+            run.save_model(job.index, job.identity, state, meta)
+            if cache is not None:
+                cache.store(job.identity, MODEL_RECORD, WEIGHTS, run.model_dir(job.index))
+            bar.remove_task(task)
             bar.advance(overall)
     seconds = time.perf_counter() - started
-    if reused:
-        console.print(f"reused {reused} identical models from {cfg.output_dir / 'model_cache'}")
-    if len(todo) > reused:
-        trained = len(todo) - reused
-        console.print(f"trained {trained} models in {seconds:.1f} s "
-                      f"({seconds / trained:.1f} s per model, device {device})")
+    if todo:
+        console.print(f"trained {len(todo)} model(s) in {seconds:.1f} s "
+                      f"({seconds / len(todo):.1f} s per model, device {planned.device})")
     return seconds
+
+
+def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
+    return cache.fetch(job.identity, job.identity, MODEL_RECORD, WEIGHTS,
+                       run.model_dir(job.index))
+
+
+def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
+                progress: Any = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
+    recipe = build_recipe(job.train)
+    torch.manual_seed(job.seed)
+    model = build_architecture(job.model, job.train, pool)
+    member = torch.from_numpy(plan.keep[job.index])
+    x_val = y_val = None
+    if recipe.needs_validation:
+        held_out = torch.from_numpy(plan.split.holdout)
+        x_val, y_val = pool.x[held_out], pool.y[held_out]
+    started = time.perf_counter()
+    env = TrainEnv(device=device, seed=job.seed, progress=progress)
+    try:
+        model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
+                                  env, x_val, y_val)
+    except FloatingPointError as error:
+        raise MiauditError(f"model {job.index} diverged: {error}; lower train.lr "
+                           f"(now {job.train.lr})") from None
+    meta = {"index": job.index, "seed": job.seed, "model": _dump(job.model),
+            "recipe": job.train.recipe, "train_seconds": round(time.perf_counter() - started, 3),
+            "log": _jsonable(log)}
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
 
 
 @contextmanager
@@ -288,89 +318,223 @@ def _jsonable(log: dict[str, list[Any]]) -> dict[str, list[Any]]:
             for key, values in log.items()}
 
 
-# -- attacks -----------------------------------------------------------------------------------
-def load_outputs(run: RunDir, plan: Plan) -> np.ndarray:
-    """(M, N, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
-    first = run.load_logits(0).numpy()
-    logits = np.empty((len(plan.keep), *first.shape), dtype=np.float32)
-    logits[0] = first
-    for index in range(1, len(plan.keep)):
-        logits[index] = run.load_logits(index).numpy()
+# -- query --------------------------------------------------------------------------------------
+def query_key(job: ModelJob, spec: str) -> str:
+    return ids.query_identity(job.identity, spec)
+
+
+def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -> torch.nn.Module:
+    """Rebuild the architecture and load the saved weights (strict: every tensor must fit)."""
+    model = build_architecture(job.model, job.train, pool)
+    model.load_state_dict(run.load_weights(job.index), strict=True)
+    return model.to(device).eval()
+
+
+def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:
+    """Outputs of every (model, query spec) that has no valid record; returns the seconds."""
+    cache = ModelCache(planned.cfg.output_dir / "model_cache") if planned.cfg.share_models \
+        else None
+    started = time.perf_counter()
+    missing = {job.index: [s for s in planned.cfg.queries
+                           if run.output_record(job.index, query_key(job, s)) is None]
+               for job in planned.jobs}
+    if cache is not None:
+        for job in planned.jobs:
+            missing[job.index] = [s for s in missing[job.index]
+                                  if not fetch_output(cache, run, job, query_key(job, s))]
+    todo = [job for job in planned.jobs if missing[job.index]]
+    with _progress(console, show_progress and bool(todo)) as bar:
+        task = bar.add_task("querying", total=len(todo))
+        for job in todo:
+            model = load_trained(run, job, planned.pool, planned.device)
+            for spec in missing[job.index]:
+                key = query_key(job, spec)
+                began = time.perf_counter()
+                logits = query_outputs(model, planned.pool.x, [spec], planned.device,
+                                       query_seed(job.seed, spec))[:, 0]
+                run.save_outputs(job.index, key, logits, {
+                    "spec": spec, "model": job.identity,
+                    "seconds": round(time.perf_counter() - began, 3)})
+                if cache is not None:
+                    record, data = output_relpaths(key)
+                    cache.store(job.identity, record, data, run.model_dir(job.index))
+            bar.advance(task)
+    return time.perf_counter() - started
+
+
+def output_relpaths(key: str) -> tuple[str, str]:
+    return f"outputs/{key}.json", f"outputs/{key}.safetensors"
+
+
+def fetch_output(cache: ModelCache, run: RunDir, job: ModelJob, key: str) -> bool:
+    record, data = output_relpaths(key)
+    return cache.fetch(job.identity, key, record, data, run.model_dir(job.index))
+
+
+def query_seed(seed: int, spec: str) -> int:
+    """Seed of one model's query: stochastic queries are reproducible per (model, spec)."""
+    return int(np.random.SeedSequence([seed, zlib.crc32(spec.encode())]).generate_state(1)[0])
+
+
+# -- evaluate -----------------------------------------------------------------------------------
+def evaluate_stage(run: RunDir, planned: Audit) -> None:
+    """Robust accuracy of every target model (when configured), keyed by weights + settings."""
+    robust = planned.cfg.robust_eval
+    if robust is None:
+        return
+    settings = robust.model_dump()
+    for target in planned.plan.targets:
+        job = planned.jobs[target]
+        path = run.eval_path(target, ids.eval_identity(job.identity, settings))
+        if path.exists():
+            continue
+        model = load_trained(run, job, planned.pool, planned.device)
+        write_json(path, {"model": job.identity, "settings": settings,
+                          "robust": robust_accuracies(model, planned, target, robust)})
+
+
+def robust_accuracies(model: torch.nn.Module, planned: Audit, target: int,
+                      robust: RobustEvalConfig) -> dict[str, dict[str, float]]:
+    """Natural and PGD robust accuracy on (a seeded subset of) members and non-members."""
+    from miaudit.defenses.adversarial import natural_and_robust_accuracy
+
+    pool, seed = planned.pool, planned.jobs[target].seed
+    member = planned.plan.keep[target]
+    audited = np.zeros(len(pool), dtype=bool)
+    audited[planned.plan.split.audited] = True
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x524F42]))
+    result = {}
+    for split, rows in (("train", np.flatnonzero(member)),
+                        ("test", np.flatnonzero(~member & audited))):
+        chosen = torch.from_numpy(np.sort(rng.permutation(rows)[: robust.max_samples]))
+        result[split] = natural_and_robust_accuracy(
+            model, pool.x[chosen], pool.y[chosen], eps=robust.eps, step=robust.step,
+            steps=robust.steps, device=planned.device, seed=seed)
+    return result
+
+
+# -- score --------------------------------------------------------------------------------------
+def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
+    """(M, pool, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
+    cfg, jobs = planned.cfg, planned.jobs
+    first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0])).numpy()
+    logits = np.empty((len(jobs), first.shape[0], len(cfg.queries), first.shape[1]),
+                      dtype=np.float32)
+    for job in jobs:
+        for column, spec in enumerate(cfg.queries):
+            logits[job.index, :, column] = run.load_outputs(job.index,
+                                                            query_key(job, spec)).numpy()
     return logits
 
 
-def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray,
-                         keep: np.ndarray) -> None:
+def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep: np.ndarray,
+                         holdout: np.ndarray) -> None:
     """Replace every model's released outputs by the defended ones (in place). Each model's
-    defender knows only its own training set (its keep row)."""
-    name, options = parse_spec(spec)
-    defense = OUTPUT_DEFENSES.build(name, **options)
+    defender knows its own training set (its keep row) and the holdout set, never the
+    evaluated non-members."""
+    defense = build_output_defense(spec)
+    reference = np.zeros(keep.shape[1], dtype=bool)
+    reference[holdout] = True
     for index in range(len(keep)):
-        logits[index] = defense.apply(logits[index], labels, keep[index])
+        logits[index] = defense.apply(logits[index], labels, keep[index],
+                                      **({"holdout_mask": reference}
+                                         if getattr(defense, "needs_holdout", False) else {}))
 
 
-def evaluate(run: RunDir, cfg: AuditConfig, plan: Plan, labels: np.ndarray) -> dict[str, Any]:
-    """Score every attack on every target; write per-sample scores; return the summary."""
-    logits = load_outputs(run, plan)
+def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
+    """Score every attack on every target over the audited samples; write the scores as one
+    generation; return the summary (not yet published)."""
+    cfg, plan = planned.cfg, planned.plan
+    labels = planned.pool.y.numpy()
+    logits = load_all_outputs(run, planned)
     if cfg.output_defense is not None:
-        apply_output_defense(logits, cfg.output_defense, labels, plan.keep)
+        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries))
+                       query_names=list(cfg.queries), population=plan.split.population)
+    audited = plan.split.audited
     targets = list(plan.targets)
-    members = plan.keep[targets]
-    metas = [run.load_meta(t) for t in targets]
-    privacy = privacy_summary(metas)
+    members = plan.keep[targets][:, audited]
+    records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
+    privacy = privacy_summary(records)
     attacks: dict[str, Any] = {}
-    for spec in cfg.attacks:
-        label, name, options = attack_label(spec)
-        attack = ATTACKS.build(name, **options)
-        scores, infos = [], []
-        for target in targets:
-            scores.append(attack.score(data, target, plan.references(target)))
-            infos.append(getattr(attack, "last_info", None))
-        scores = np.stack(scores)
-        per_target = [metrics.summarize(s, m) for s, m in zip(scores, members)]
-        attacks[label] = {
-            "attack": name, "options": options,
-            "pooled": metrics.summarize(scores.ravel(), members.ravel()),
-            **metrics.aggregate(per_target),
-            "per_target": per_target,
-            "per_class": metrics.per_class(scores.ravel(), members.ravel(),
-                                           np.tile(labels, len(targets))),
-        }
-        if any(info is not None for info in infos):
-            attacks[label]["info"] = infos
-        if privacy:
-            attacks[label]["empirical_epsilon"] = empirical_epsilon(
-                scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
-        write_array(scores_path(run.root, label), scores)
+    with run.new_scores() as folder:
+        for index, spec in enumerate(cfg.attacks):
+            label, name, options = attack_label(spec)
+            attack = build_attack(spec, f"attacks[{index}]")
+            outcomes = [attack.evaluate(data, t, plan.references(t)) for t in targets]
+            scores = np.stack([o.scores[audited] for o in outcomes])
+            attacks[label] = attack_summary(name, options, scores, members,
+                                            labels[audited], targets, privacy)
+            if any(o.info for o in outcomes):
+                attacks[label]["info"] = [o.info for o in outcomes]
+            write_array(folder / scores_name(label), scores)
+        scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
-        write_memorization(run, data, plan, cfg.memorization_attack)
-    train_acc = np.array([m["train_accuracy"] for m in metas])
-    test_acc = np.array([m["test_accuracy"] for m in metas])
+        write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
     return {
-        "name": cfg.name, "run_dir": str(run.root), "training_hash": cfg.training_hash(),
-        "protocol": cfg.protocol, "targets": targets, "num_models": len(plan.keep),
-        "pool_size": int(len(labels)), "queries": list(cfg.queries),
-        "target_models": {
-            "train_accuracy": float(train_acc.mean()), "test_accuracy": float(test_acc.mean()),
-            "generalization_gap": float((train_acc - test_acc).mean()),
-            "train_accuracy_std": float(train_acc.std()),
-            "test_accuracy_std": float(test_acc.std()),
-            "train_seconds_mean": float(np.mean([m["train_seconds"] for m in metas])),
-            **robust_summary(metas),
-        },
-        "attacks": attacks,
-        **({"privacy": privacy} if privacy else {}),
+        "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
+        "run_identity": planned.run_identity, "protocol": cfg.protocol, "targets": targets,
+        "num_models": len(plan.keep), "pool_size": int(len(labels)),
+        "audited_size": int(len(audited)), "population_size": int(len(plan.split.population)),
+        "holdout_size": int(len(plan.split.holdout)), "queries": list(cfg.queries),
+        "scores_dir": scores_dir,
+        "target_models": target_model_stats(run, planned, logits, targets),
+        "attacks": attacks, **({"privacy": privacy} if privacy else {}),
         "config": cfg.model_dump(mode="json"),
     }
 
 
-def privacy_summary(metas: list[dict[str, Any]]) -> dict[str, Any]:
+def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, members: np.ndarray,
+                   labels: np.ndarray, targets: list[int],
+                   privacy: dict[str, Any]) -> dict[str, Any]:
+    per_target = [metrics.summarize(s, m) for s, m in zip(scores, members)]
+    summary = {
+        "attack": name, "options": options,
+        "pooled": metrics.summarize(scores.ravel(), members.ravel()),
+        **metrics.aggregate(per_target),
+        "per_target": per_target,
+        "per_class": metrics.per_class(scores.ravel(), members.ravel(),
+                                       np.tile(labels, len(targets))),
+    }
+    if privacy:
+        summary["empirical_epsilon"] = empirical_epsilon(
+            scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
+    return summary
+
+
+def target_model_stats(run: RunDir, planned: Audit, logits: np.ndarray,
+                       targets: list[int]) -> dict[str, Any]:
+    """Accuracy of the targets on their audited members and non-members (first query, the
+    undefended outputs' argmax is unchanged by output defenses that keep the label)."""
+    labels = planned.pool.y.numpy()
+    audited = np.zeros(len(labels), dtype=bool)
+    audited[planned.plan.split.audited] = True
+    column = planned.cfg.queries.index("identity") if "identity" in planned.cfg.queries else 0
+    train_acc, test_acc = [], []
+    for target in targets:
+        correct = logits[target, :, column].argmax(-1) == labels
+        member = planned.plan.keep[target]
+        train_acc.append(correct[member].mean())
+        test_acc.append(correct[~member & audited].mean())
+    train_acc, test_acc = np.array(train_acc), np.array(test_acc)
+    records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
+    return {
+        "train_accuracy": float(train_acc.mean()), "test_accuracy": float(test_acc.mean()),
+        "generalization_gap": float((train_acc - test_acc).mean()),
+        "train_accuracy_std": float(train_acc.std()), "test_accuracy_std": float(test_acc.std()),
+        "test_accuracy_ci": metrics.clopper_pearson(
+            int(round(test_acc.mean() * (~planned.plan.keep[targets[0]] & audited).sum())),
+            int((~planned.plan.keep[targets[0]] & audited).sum())),
+        "train_seconds_mean": float(np.mean([r["train_seconds"] for r in records])),
+        **robust_summary(run, planned, targets),
+    }
+
+
+def privacy_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The DP guarantee the targets were trained under (dpsgd records epsilon per epoch), or
     {} when any target was trained without one. The claimed epsilon is the largest over
     targets, so a lower bound above it contradicts at least one target's guarantee."""
-    logs = [meta.get("log", {}) for meta in metas]
+    logs = [record.get("log", {}) for record in records]
     if not logs or not all(log.get("epsilon") for log in logs):
         return {}
     return {
@@ -382,25 +546,46 @@ def privacy_summary(metas: list[dict[str, Any]]) -> dict[str, Any]:
         "note": "empirical_epsilon per attack: Clopper-Pearson lower bound (95%, Bonferroni over "
                 "thresholds) from the pooled (target, sample) decisions; trials within one "
                 "model are not independent runs, so read it as an indicator, not a proof "
-                "(Jagielski et al. 2020 use one canary per training run).",
+                "(Jagielski et al. 2020 use one canary per training run: `miaudit privacy "
+                "audit` does that).",
     }
 
 
-def robust_summary(metas: list[dict[str, Any]]) -> dict[str, float]:
+def robust_summary(run: RunDir, planned: Audit, targets: list[int]) -> dict[str, float]:
     """Mean natural/robust accuracy over targets, when robust evaluation ran."""
-    if not all("robust" in meta for meta in metas):
+    robust = planned.cfg.robust_eval
+    if robust is None:
         return {}
-    return {f"{split}_{kind}": float(np.mean([m["robust"][split][kind] for m in metas]))
+    settings = robust.model_dump()
+    tables = [read_json(run.eval_path(t, ids.eval_identity(planned.jobs[t].identity,
+                                                           settings)))["robust"]
+              for t in targets]
+    return {f"{split}_{kind}": float(np.mean([table[split][kind] for table in tables]))
             for split in ("train", "test") for kind in ("natural_acc", "robust_acc")}
 
 
-def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str) -> None:
-    """DeMem Figure 1 analysis for the first target, from ``attack``'s scores."""
+def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
+                       scores_dir: str) -> None:
+    """DeMem Figure 1 analysis for the first target, from ``attack``'s scores (audited
+    samples only)."""
     from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
+    from miaudit.io import read_array
 
+    audited = plan.split.audited
     target = plan.targets[0]
-    scores = read_array(scores_path(run.root, attack))[0]
-    table = memorization_analysis(data.logits, data.labels, plan.keep, scores, target)
+    scores = read_array(run.root / scores_dir / scores_name(attack))[0]
+    table = memorization_analysis(data.logits[:, audited], data.labels[audited],
+                                  plan.keep[:, audited], scores, target)
     table["attack"] = attack
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")
+
+
+def publish(run: RunDir, summary: dict[str, Any]) -> Results:
+    """Validate the summary against the results schema, write results.json (naming its scores
+    generation), then drop older generations."""
+    checked = Summary.model_validate(summary)
+    write_json(run.root / "results.json", summary)
+    run.drop_old_scores(checked.scores_dir)
+    return Results(run_dir=run.root, summary=summary)
+

@@ -23,7 +23,17 @@ class Query:
     """Deterministic transform of the input, then one forward pass."""
 
     def __init__(self, flip: bool = False, dx: int = 0, dy: int = 0):
+        for name, value in (("dx", dx), ("dy", dy)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"option {name!r} must be an integer, got {value!r}")
+        if not isinstance(flip, bool):
+            raise ValueError(f"option 'flip' must be true or false, got {flip!r}")
         self.flip, self.dx, self.dy = flip, dx, dy
+
+    @property
+    def applies_to_tabular(self) -> bool:
+        """Tabular inputs have no geometry: only the identity transform applies."""
+        return not (self.flip or self.dx or self.dy)
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4:  # tabular inputs have no geometry: only the identity applies
@@ -64,6 +74,10 @@ class InputDropout(Query):
 
     def __init__(self, p: float = 0.01, n: int = 10):
         super().__init__()
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or isinstance(n, bool) \
+                or not isinstance(n, int):
+            raise ValueError(f"input dropout needs a number p and an integer n, got p={p!r}, "
+                             f"n={n!r}")
         if not 0.0 <= p < 1.0 or n < 1:
             raise ValueError(f"input dropout needs 0 <= p < 1 and n >= 1, got p={p}, n={n}")
         self.p, self.n = p, n

@@ -1,37 +1,54 @@
 """Name -> constructor registries for data sets, models, recipes, attacks, queries, ...
 
-Every pluggable component is one small module that registers itself with a decorator::
+Built-in entries are listed explicitly below (name -> module); a module is imported only when
+one of its entries is looked up, and the module registers its constructors with the
+``register`` decorator::
 
     @MODELS.register("resnet14")
-    def build_resnet14(*, num_classes, in_channels, width=1.0): ...
+    def resnet14(*, input_shape, num_classes, width=1.0, norm="batch"): ...
 
-Unknown names raise :class:`UnknownNameError` listing the valid names.
+User entries need no edit of miaudit:
+
+* an import path as the name: ``model: {name: "mypkg.nets:make_net"}``;
+* an installed package that declares an entry point in the ``miaudit.plugins`` group, whose
+  target is a module (imported, so its ``register`` decorators run) or a callable (called
+  once), e.g. in its pyproject: ``[project.entry-points."miaudit.plugins"] mypkg = "mypkg.plugin"``.
+
+Unknown names raise :class:`UnknownNameError` listing the valid names; options are checked
+against the constructor's signature by :meth:`Registry.check_options` before anything runs.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from miaudit.errors import ConfigError
+
 T = TypeVar("T", bound=Callable[..., Any])
+PLUGIN_GROUP = "miaudit.plugins"
 
 
-class UnknownNameError(ValueError):
-    """Raised for a name that no registry entry has (a ValueError, so pydantic reports it
-    against the config field that named it)."""
+class UnknownNameError(ConfigError):
+    """A name that no registry entry has (a ValueError, so pydantic reports it against the
+    config field that named it)."""
 
 
 class Registry(Generic[T]):
-    """A mapping from names to constructors, filled by the ``register`` decorator."""
+    """A mapping from names to constructors: built-in entries import their module lazily."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, builtins: dict[str, str]):
         self.kind = kind
+        self._modules = dict(builtins)  # name -> module that registers it
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(constructor: T) -> T:
-            if name in self._entries:
+            known = self._entries.get(name)
+            if known is not None and known is not constructor:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._entries[name] = constructor
             return constructor
@@ -39,93 +56,188 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
-        _load_plugins()
-        try:
+        if name in self._entries:
             return self._entries[name]
-        except KeyError:
-            valid = ", ".join(sorted(self._entries)) or "(none)"
-            raise UnknownNameError(f"unknown {self.kind} {name!r}; valid: {valid}") from None
+        if ":" in name:
+            return self._entries.setdefault(name, _import_path(name, self.kind))
+        module = self._modules.get(name)
+        if module is None:
+            _load_entry_points()
+            if name in self._entries:
+                return self._entries[name]
+            valid = ", ".join(self.names()) or "(none)"
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; valid: {valid} (or an import "
+                                   "path 'package.module:name')")
+        importlib.import_module(module)
+        if name not in self._entries:  # a bug of ours, not the user's: keep the traceback
+            raise RuntimeError(f"module {module} did not register {self.kind} {name!r}")
+        return self._entries[name]
 
-    def build(self, name: str, **options: Any) -> Any:
-        """Call the constructor, turning a wrong option into an error naming the entry."""
+    def check_options(self, name: str, options: dict[str, Any], *,
+                      provided: tuple[str, ...] = ()) -> None:
+        """Raise ConfigError when ``options`` do not fit the constructor's signature (unknown
+        or missing keyword), listing the valid options. ``provided`` names arguments the
+        caller passes itself (e.g. input_shape for models), which the user may not set."""
         constructor = self.get(name)
         try:
-            return constructor(**options)
+            signature = inspect.signature(constructor)
+        except (TypeError, ValueError):  # builtins without a signature: nothing to check
+            return
+        clash = sorted(set(options) & set(provided))
+        if clash:
+            raise ConfigError(f"{self.kind} {name!r}: option(s) {clash} are set by miaudit")
+        stand_in = dict.fromkeys(provided)
+        try:
+            signature.bind(**stand_in, **options)
         except TypeError as error:
-            raise ValueError(f"bad options for {self.kind} {name!r}: {error}") from error
+            valid = [p for p in signature.parameters if p not in provided and p != "self"
+                     and signature.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD]
+            raise ConfigError(f"bad options for {self.kind} {name!r}: {error}; valid options: "
+                              f"{', '.join(valid) or '(none)'}") from None
+
+    def build(self, name: str, **options: Any) -> Any:
+        """Call the constructor; errors inside it propagate unchanged (they are not option
+        errors: :meth:`check_options` tells those apart before anything runs)."""
+        return self.get(name)(**options)
 
     def names(self) -> list[str]:
-        _load_plugins()
-        return sorted(self._entries)
+        _load_entry_points()
+        return sorted(set(self._modules) | {n for n in self._entries if ":" not in n})
 
     def describe(self) -> dict[str, str]:
-        """Name -> first docstring line, for the listing commands."""
-        _load_plugins()
+        """Name -> first docstring line, for the listing commands (imports every module)."""
         return {
-            name: ((self._entries[name].__doc__ or "").strip().splitlines() or [""])[0]
-            for name in sorted(self._entries)
+            name: ((self.get(name).__doc__ or "").strip().splitlines() or [""])[0]
+            for name in self.names()
         }
 
     def __contains__(self, name: str) -> bool:
-        _load_plugins()
-        return name in self._entries
+        try:
+            self.get(name)
+        except UnknownNameError:
+            return False
+        return True
 
 
-DATASETS: Registry = Registry("dataset")
-MODELS: Registry = Registry("model")
-RECIPES: Registry = Registry("training recipe")
-PENALTIES: Registry = Registry("penalty")
-QUERIES: Registry = Registry("query augmentation")
-ATTACKS: Registry = Registry("attack")
-OUTPUT_DEFENSES: Registry = Registry("output defense")
-ACCOUNTANTS: Registry = Registry("accountant")
+def _import_path(path: str, kind: str) -> Any:
+    """'package.module:attribute' -> the attribute, with one clear error per failure."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise UnknownNameError(f"{kind} {path!r}: an import path is 'package.module:name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UnknownNameError(f"{kind} {path!r}: cannot import {module_name!r} ({error}); is "
+                               "it installed or on PYTHONPATH?") from None
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise UnknownNameError(f"{kind} {path!r}: module {module_name!r} has no {part!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise UnknownNameError(f"{kind} {path!r} is not callable")
+    return target
 
-_PLUGIN_PACKAGES = (
-    "miaudit.data",
-    "miaudit.models",
-    "miaudit.training",
-    "miaudit.attacks",
-    "miaudit.defenses",
-    "miaudit.privacy",
-    "miaudit.queries",
-)
-_loaded = False
+
+_entry_points_loaded = False
 
 
-def _load_plugins() -> None:
-    """Import every module of the plugin packages once, so their decorators run."""
-    global _loaded
-    if _loaded:
+def _load_entry_points() -> None:
+    """Import (or call) every installed ``miaudit.plugins`` entry point, once."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
         return
-    _loaded = True
-    import importlib
-    import pkgutil
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
 
-    for package_name in _PLUGIN_PACKAGES:
-        package = importlib.import_module(package_name)
-        for module in pkgutil.iter_modules(getattr(package, "__path__", [])):
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{package_name}.{module.name}")
+    for point in entry_points(group=PLUGIN_GROUP):
+        try:
+            loaded = point.load()
+        except Exception as error:
+            raise ConfigError(f"plugin {point.name!r} ({point.value}) failed to load: "
+                              f"{error}") from error
+        if callable(loaded) and not inspect.ismodule(loaded):
+            loaded()
+
+
+def _modules(package: str, table: dict[str, str]) -> dict[str, str]:
+    return {name: f"miaudit.{package}.{module}" if module else f"miaudit.{package}"
+            for name, module in table.items()}
+
+
+DATASETS: Registry = Registry("dataset", _modules("data", {
+    "cifar10": "cifar", "cifar100": "cifar", "digits": "digits", "imagefolder": "imagefolder",
+    "location30": "location", "synthetic": "synthetic"}))
+MODELS: Registry = Registry("model", _modules("models", {
+    "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "odenet": "ode",
+    "odenet64": "ode", "anode": "ode", "sonode": "ode", "hbnode": "ode", "sdenet": "sde",
+    "snn_cnn": "snn", "snn_resnet18": "snn", "ann_cnn": "snn", "ann_resnet18": "snn"}))
+RECIPES: Registry = Registry("training recipe", {
+    **_modules("training", {"standard": "standard", "dpsgd": "dpsgd",
+                            "replace_finetune": "replace_finetune", "ann2snn": "snn_recipes",
+                            "snn_direct": "snn_recipes"}),
+    **_modules("defenses", {"pgd_at": "adversarial", "trades": "adversarial",
+                            "mixup_mmd": "mixup_mmd", "early_stopping": "regularization"})})
+PENALTIES: Registry = Registry("penalty", {
+    **_modules("training", {"l1": "standard", "l2": "standard"}),
+    **_modules("defenses", {"demem": "demem"})})
+QUERIES: Registry = Registry("query augmentation", {
+    name: "miaudit.queries" for name in ("identity", "flip", "shift", "dropout")})
+ATTACKS: Registry = Registry("attack", _modules("attacks", {
+    "loss": "loss", "correctness": "song_mittal", "song_mittal": "song_mittal",
+    "watson": "watson", "shokri": "shokri", "lira": "lira", "attack_p": "population",
+    "attack_r": "reference", "rmia": "rmia", "rmia_simple": "rmia",
+    "dropout_search": "dropout_search"}))
+OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("defenses", {
+    "memguard": "memguard", "memguard_label_only": "memguard"}))
+ACCOUNTANTS: Registry = Registry("accountant", _modules("privacy", {
+    "rdp": "accounting", "gdp": "accounting", "prv": "accounting"}))
+ALL_REGISTRIES = (DATASETS, MODELS, RECIPES, PENALTIES, QUERIES, ATTACKS, OUTPUT_DEFENSES,
+                  ACCOUNTANTS)
+
+#: bounds for option dicts written in YAML (alias bombs expand into huge structures)
+MAX_OPTION_ITEMS = 10_000
 
 
 def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Parse ``"name"``, ``"name:key=value,key=value"`` or ``{"name": ..., key: value}``.
 
-    Values are Python/YAML-like literals (numbers, booleans, strings).
+    Values are Python/YAML-like literals (numbers, booleans, strings). An import path name
+    (``"pkg.mod:attr"``) has no options in the string form; use the dict form for options.
     """
     if isinstance(spec, dict):
         options = dict(spec)
         if "name" not in options:
-            raise ValueError(f"spec {spec!r} has no 'name'")
+            raise ConfigError(f"spec {spec!r} has no 'name'")
+        _check_size(options)
         return str(options.pop("name")), options
-    name, _, rest = spec.partition(":")
+    if not isinstance(spec, str):
+        raise ConfigError(f"a spec is a string 'name:key=value' or a mapping, got {spec!r}")
+    name, sep, rest = spec.partition(":")
+    if sep and "=" not in rest and "." in name:  # "package.module:attribute"
+        return spec.strip(), {}
     options: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))):
         key, sep, raw = item.partition("=")
         if not sep:
-            raise ValueError(f"spec {spec!r}: option {item!r} is not key=value")
+            raise ConfigError(f"spec {spec!r}: option {item!r} is not key=value")
         options[key.strip()] = _literal(raw.strip())
     return name.strip(), options
+
+
+def _check_size(value: Any) -> None:
+    """Refuse option structures that expand beyond MAX_OPTION_ITEMS items (YAML alias bombs)."""
+    stack, seen = [value], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > MAX_OPTION_ITEMS:
+            raise ConfigError(f"options hold more than {MAX_OPTION_ITEMS} items (a YAML alias "
+                              "bomb?); simplify them")
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
 
 
 def _literal(raw: str) -> Any:

@@ -7,16 +7,12 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from miaudit import metrics
-from miaudit.rundir import (
-    RunDirError,
-    read_array,
-    read_json,
-    save_figure,
-    scores_path,
-)
+from miaudit.io import read_array, save_figure
+from miaudit.rundir import RunDir, scores_name
 
 TABLE_KEYS = ("tpr@0.001%", "tpr@0.1%", "tpr@1%", "auc", "balanced_accuracy")
 
@@ -38,7 +34,7 @@ def _cell(attack: dict[str, Any], key: str, rotation: bool) -> str:
 def attack_table(summary: dict[str, Any]) -> Table:
     """One row per attack: pooled value [95% CI] and, under rotation, mean ± std over targets."""
     rotation = len(summary["targets"]) > 1
-    title = (f"{summary['name']}: {len(summary['targets'])} target(s), "
+    title = (f"{escape(summary['name'])}: {len(summary['targets'])} target(s), "
              f"{summary['num_models']} models")
     caption = "percent; pooled over targets [95% CI]" + (
         "; second line: mean ± std across targets" if rotation else "")
@@ -47,7 +43,7 @@ def attack_table(summary: dict[str, Any]) -> Table:
     for key in TABLE_KEYS:
         table.add_column(key.replace("balanced_accuracy", "bal. acc"), justify="right")
     for label, attack in summary["attacks"].items():
-        table.add_row(label, *(_cell(attack, key, rotation) for key in TABLE_KEYS))
+        table.add_row(escape(label), *(_cell(attack, key, rotation) for key in TABLE_KEYS))
     return table
 
 
@@ -70,7 +66,8 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
                       f"{timing['attack_seconds']:.1f} s, device {timing['device']})")
     root = Path(summary["run_dir"])
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
-                  f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: {root / 'scores'}")
+                  f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: "
+                  f"{root / summary['scores_dir']}", markup=False, soft_wrap=True)
 
 
 def privacy_line(summary: dict[str, Any]) -> str:
@@ -97,14 +94,25 @@ def render_plots(run_root: Path, summary: dict[str, Any]) -> None:
         plot_dp_bounds(run_root, summary, curves)
 
 
+def audited_members(run_root: Path, summary: dict[str, Any]) -> np.ndarray:
+    """(targets, audited) bool: the ground truth the stored scores are aligned with."""
+    run = RunDir(run_root)
+    audited = run.read_split()["audited"]
+    return run.read_keep()[summary["targets"]][:, audited]
+
+
+def read_scores(run_root: Path, summary: dict[str, Any], label: str) -> np.ndarray:
+    """(targets, audited) scores of one attack, from the generation results.json names."""
+    return read_array(Path(run_root) / summary["scores_dir"] / scores_name(label))
+
+
 def pooled_rocs(run_root: Path,
                 summary: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{attack label: (fpr, tpr)} of the scores pooled over the run's targets."""
-    keep = read_array(run_root / "keep.npy")
-    members = keep[summary["targets"]].ravel()
+    members = audited_members(run_root, summary).ravel()
     curves = {}
     for label in summary["attacks"]:
-        fpr, tpr, _ = metrics.roc_curve(read_array(scores_path(run_root, label)).ravel(), members)
+        fpr, tpr, _ = metrics.roc_curve(read_scores(run_root, summary, label).ravel(), members)
         curves[label] = (fpr, tpr)
     return curves
 
@@ -128,8 +136,7 @@ def plot_roc(run_root: Path, summary: dict[str, Any],
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keep = read_array(run_root / "keep.npy")
-    members = keep[summary["targets"]].ravel()
+    members = audited_members(run_root, summary).ravel()
     figure, axis = plt.subplots(figsize=(5.5, 5))
     floor = 1.0 / max(1, int((~members).sum()))
     for label, attack in summary["attacks"].items():
@@ -143,10 +150,3 @@ def plot_roc(run_root: Path, summary: dict[str, Any],
     axis.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
     return save_figure(figure, run_root / "roc.png", dpi=120)
-
-
-def load_summary(run_root: Path) -> dict[str, Any]:
-    path = Path(run_root) / "results.json"
-    if not path.exists():
-        raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
-    return read_json(path)

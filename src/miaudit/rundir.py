@@ -1,153 +1,222 @@
-"""The run directory: the unit of work, written atomically so a run can always resume.
+"""The run directory: stages' artefacts, each keyed by what determines it, written
+atomically, verified when read.
 
-Layout::
+Layout (``LAYOUT`` = 2)::
 
-    RUN/manifest.json            training hash + resolved config (identity of the artefacts)
-    RUN/config.yaml              resolved config, human-readable
-    RUN/keep.npy                 (M, N) bool keep matrix
+    RUN/manifest.json                  layout version, run identity, the last config used
+    RUN/split.npz                      audited / population / holdout pool indices
+    RUN/keep.npy                       (models x pool) bool memberships of the current plan
+    RUN/models/0003/model.json         train stage: identity, weights digest, training log
     RUN/models/0003/weights.safetensors
-    RUN/models/0003/outputs.safetensors   logits (N, Q, C) float32
-    RUN/models/0003/meta.json    written last: its presence marks the model complete
-    RUN/results.json, RUN/roc.png, RUN/scores/<attack>.npy
+    RUN/models/0003/outputs/<key>.safetensors + <key>.json
+                                       query stage: (pool x classes) logits of one query spec,
+                                       keyed by the weights and the spec; the json (digest,
+                                       spec) is written last and marks it complete
+    RUN/models/0003/eval/<key>.json    evaluate stage (robust accuracy), keyed likewise
+    RUN/scores-<generation>/<attack>.npy   score stage: (targets x audited) scores
+    RUN/results.json                   names the scores generation it belongs to
+    RUN/roc.png, report.html, ...      report stage
+    RUN/.lock                          advisory lock held by the running process
 
-Every file is written to a temporary name in the same folder, flushed to disk, then renamed
-(``os.replace`` is atomic on POSIX), so a kill at any moment leaves either the old complete file
-or no file, never half of one.
+A record's identity is checked on every read: a record made for another identity (changed
+data, recipe, seed, membership, device, query) is stale and is recomputed, never reused; a
+file whose digest differs from its record is damaged and is recomputed too (a warning names
+it). The shared model cache (``output_dir/model_cache``) holds copies, never links.
 """
 
 from __future__ import annotations
 
-import io
-import json
+import fcntl
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from safetensors.torch import load_file, save_file
+
+from miaudit.errors import RunDirError, RunLockedError
+from miaudit.io import (
+    TMP_SUFFIX,
+    copy_file,
+    file_digest,
+    read_array,
+    read_json,
+    read_tensors,
+    sweep_temporaries,
+    write_array,
+    write_bytes,
+    write_json,
+    write_tensors,
+)
+
+LAYOUT = 2
+WEIGHTS = "weights.safetensors"
+MODEL_RECORD = "model.json"
 
 
-class RunDirError(RuntimeError):
-    """A run directory that does not belong to this config, or a missing/corrupt artefact."""
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp_path)`` and move the result to ``path`` atomically."""
+@contextmanager
+def locked(path: Path, *, wait: bool, what: str) -> Iterator[None]:
+    """Hold an exclusive advisory lock (fcntl) on ``path`` for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    tmp_path = Path(tmp_name)
-    try:
-        write(tmp_path)
-        with open(tmp_path, "rb+") as stream:
-            os.fsync(stream.fileno())
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
-
-
-def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
-    """Save a matplotlib figure atomically (format from the suffix) and close it."""
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    try:
-        atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi,
-                                                      format=path.suffix.lstrip(".") or "png"))
-    finally:
-        plt.close(figure)
-    return path
-
-
-def write_bytes(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda tmp: tmp.write_bytes(data))
-
-
-def write_json(path: Path, value: Any) -> None:
-    write_bytes(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise RunDirError(f"cannot read {path}: {error}") from None
-
-
-def write_array(path: Path, array: np.ndarray) -> None:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    write_bytes(path, buffer.getvalue())
-
-
-def read_array(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise RunDirError(f"cannot read array {path}: {error}") from None
-
-
-def write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    contiguous = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
-    atomic_write(path, lambda tmp: save_file(contiguous, str(tmp)))
-
-
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(path))
-    except Exception as error:  # safetensors raises its own error types
-        raise RunDirError(f"cannot read tensors {path}: {error}") from None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise RunLockedError(f"another miaudit process is working in {what}; wait for it "
+                                 "to finish, or pass --wait to queue behind it") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class RunDir:
-    """Paths and resume logic of one run directory."""
+    """Paths, records and resume logic of one run directory."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def claim(self, training_hash: str, config: dict[str, Any]) -> None:
-        """Create the run directory or check that it was made by the same training config."""
+    # -- the directory as a whole ---------------------------------------------------------------
+    def claim(self, run_identity: str, config: dict[str, Any]) -> None:
+        """Create the run directory or check that it holds this run (layout and identity)."""
         manifest = self.root / "manifest.json"
         if manifest.exists():
-            stored = read_json(manifest).get("training_hash")
-            if stored != training_hash:
+            stored = read_json(manifest)
+            layout = stored.get("layout", 1)
+            if layout != LAYOUT:
                 raise RunDirError(
-                    f"{self.root} holds artefacts of another config (hash {stored}); "
-                    f"this config has hash {training_hash}. Use another output_dir or name."
-                )
-        else:
-            write_json(manifest, {"training_hash": training_hash, "config": config})
+                    f"{self.root} was written by an older miaudit (layout {layout}, this one "
+                    f"reads {LAYOUT}); rerun the audit with another output_dir or name, or "
+                    "delete that directory (its trained models cannot be reused)")
+            if stored.get("run_identity") != run_identity:
+                raise RunDirError(
+                    f"{self.root} holds another audit (identity {stored.get('run_identity')}, "
+                    f"this config: {run_identity}); use another output_dir or name")
+        write_json(manifest, {"layout": LAYOUT, "run_identity": run_identity,
+                              "config": config})
 
+    def lock(self, wait: bool = False) -> Any:
+        return locked(self.root / ".lock", wait=wait, what=str(self.root))
+
+    def sweep(self) -> int:
+        """Remove temporaries a killed process left (call while holding the lock)."""
+        return sweep_temporaries(self.root)
+
+    def write_plan(self, keep: np.ndarray, split: dict[str, np.ndarray]) -> None:
+        write_array(self.root / "keep.npy", keep)
+        import io
+
+        buffer = io.BytesIO()
+        np.savez(buffer, **split)
+        write_bytes(self.root / "split.npz", buffer.getvalue())
+
+    def read_keep(self) -> np.ndarray:
+        return read_array(self.root / "keep.npy")
+
+    def read_split(self) -> dict[str, np.ndarray]:
+        try:
+            with np.load(self.root / "split.npz", allow_pickle=False) as stored:
+                return {name: stored[name] for name in stored.files}
+        except (OSError, ValueError, EOFError) as error:
+            raise RunDirError(f"cannot read {self.root / 'split.npz'}: {error}; rerun the "
+                              "audit to rebuild it") from None
+
+    # -- train stage ---------------------------------------------------------------------------
     def model_dir(self, index: int) -> Path:
         return self.root / "models" / f"{index:04d}"
 
-    def is_complete(self, index: int) -> bool:
-        return (self.model_dir(index) / "meta.json").exists()
+    def model_record(self, index: int, identity: str) -> dict[str, Any] | None:
+        """The model's record when it was trained for ``identity`` and its weights are intact;
+        None when it must be (re)trained."""
+        return verified_record(self.model_dir(index), MODEL_RECORD, identity, WEIGHTS)
 
-    def save_model(self, index: int, state: dict[str, torch.Tensor], logits: torch.Tensor,
-                   meta: dict[str, Any]) -> None:
-        """Weights, outputs, then the meta file that marks the model complete."""
+    def save_model(self, index: int, identity: str, state: dict[str, Any],
+                   meta: dict[str, Any]) -> dict[str, Any]:
+        """Weights, then the record (identity + digest + meta) that marks the model complete."""
         folder = self.model_dir(index)
-        write_tensors(folder / "weights.safetensors", _unshare(state))
-        write_tensors(folder / "outputs.safetensors", {"logits": logits})
-        write_json(folder / "meta.json", meta)
+        write_tensors(folder / WEIGHTS, _unshare(state))
+        record = {"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta}
+        write_json(folder / MODEL_RECORD, record)
+        return record
 
-    def load_meta(self, index: int) -> dict[str, Any]:
-        return read_json(self.model_dir(index) / "meta.json")
+    def load_weights(self, index: int) -> dict[str, Any]:
+        return read_tensors(self.model_dir(index) / WEIGHTS)
 
-    def load_logits(self, index: int) -> torch.Tensor:
-        return read_tensors(self.model_dir(index) / "outputs.safetensors")["logits"]
+    # -- query stage ---------------------------------------------------------------------------
+    def output_paths(self, index: int, key: str) -> tuple[Path, Path]:
+        folder = self.model_dir(index) / "outputs"
+        return folder / f"{key}.safetensors", folder / f"{key}.json"
 
-    def load_weights(self, index: int) -> dict[str, torch.Tensor]:
-        return read_tensors(self.model_dir(index) / "weights.safetensors")
+    def output_record(self, index: int, key: str) -> dict[str, Any] | None:
+        data, record = self.output_paths(index, key)
+        return verified_record(record.parent, record.name, key, data.name)
+
+    def save_outputs(self, index: int, key: str, logits: Any, meta: dict[str, Any]) -> None:
+        data, record = self.output_paths(index, key)
+        write_tensors(data, {"logits": logits})
+        write_json(record, {"identity": key, "sha256": file_digest(data), **meta})
+
+    def load_outputs(self, index: int, key: str) -> Any:
+        data, _ = self.output_paths(index, key)
+        return read_tensors(data)["logits"]
+
+    # -- evaluate stage ------------------------------------------------------------------------
+    def eval_path(self, index: int, key: str) -> Path:
+        return self.model_dir(index) / "eval" / f"{key}.json"
+
+    # -- score stage ---------------------------------------------------------------------------
+    @contextmanager
+    def new_scores(self) -> Iterator[Path]:
+        """A fresh scores folder: filled inside the block, renamed into place after it. The
+        caller then writes results.json naming it (:meth:`drop_old_scores` cleans up), so a
+        kill at any moment leaves results.json and the scores it names consistent."""
+        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".scores-", suffix=TMP_SUFFIX))
+        try:
+            yield staging
+            final = self.root / staging.name.removesuffix(TMP_SUFFIX).lstrip(".")
+            os.replace(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def drop_old_scores(self, current: str) -> None:
+        for folder in self.root.glob("scores-*"):
+            if folder.name != current and folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
-def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def verified_record(folder: Path, record_name: str, identity: str,
+                    data_name: str) -> dict[str, Any] | None:
+    """A record (json) whose identity matches and whose data file has the recorded digest;
+    None when absent or stale. A damaged file is reported once and treated as absent."""
+    record_path = folder / record_name
+    if not record_path.exists():
+        return None
+    try:
+        record = read_json(record_path)
+    except RunDirError as error:
+        _warn(f"{error}; recomputing it")
+        return None
+    if record.get("identity") != identity:
+        return None
+    data_path = folder / data_name
+    if not data_path.exists() or file_digest(data_path) != record.get("sha256"):
+        _warn(f"{data_path} is missing or damaged (digest differs from {record_path}); "
+              "recomputing it")
+        return None
+    return record
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _unshare(state: dict[str, Any]) -> dict[str, Any]:
     """safetensors refuses tensors sharing storage (tied weights): store copies."""
     seen: set[int] = set()
     out = {}
@@ -158,32 +227,18 @@ def _unshare(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def scores_path(root: Path, attack_label: str) -> Path:
-    """Where an attack's per-sample scores (targets x N) live; the label made file-safe."""
+def scores_name(attack_label: str) -> str:
+    """File name of an attack's per-sample scores; the label made file-safe."""
     name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", attack_label).strip("_") or "attack"
-    return Path(root) / "scores" / f"{name}.npy"
+    return f"{name}.npy"
 
 
 # -- models shared between run directories ---------------------------------------------------
-MODEL_FILES = ("weights.safetensors", "outputs.safetensors", "meta.json")  # meta.json last
-
-
-def _place(source: Path, destination: Path) -> None:
-    """Hard-link (or copy) ``source`` to ``destination`` atomically."""
-    tmp = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(source, tmp)
-    except OSError:  # another file system, or links not supported
-        shutil.copyfile(source, tmp)
-    os.replace(tmp, destination)
-
-
 class ModelCache:
-    """Trained models keyed by everything that determines them (architecture, recipe, seed,
-    membership row, data, queries), so that audits which share models, e.g. the same ANN
-    reference models attacked beside several targets, train each one once. Entries are
-    complete directories, renamed into place atomically; run directories hold links to them."""
+    """Trained models (and their query outputs) keyed by everything that determines them, so
+    that audits which share models train each one once. An entry is a folder laid out like a
+    run's model folder. Files are copied in and out (never hard-linked: damage in one place
+    must not reach another) and verified against their records on the way out."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -191,29 +246,29 @@ class ModelCache:
     def entry(self, key: str) -> Path:
         return self.root / key
 
-    def fetch(self, key: str, destination: Path) -> bool:
-        """Place a cached model's files in ``destination``; False when it is not cached."""
-        entry = self.entry(key)
-        if not (entry / "meta.json").exists():
+    def lock(self, key: str) -> Any:
+        return locked(self.root / f".{key}.lock", wait=True, what=f"model cache entry {key}")
+
+    def fetch(self, key: str, identity: str, record_rel: str, data_rel: str,
+              destination: Path) -> bool:
+        """Copy one verified (data, record) pair of an entry to ``destination`` (data first,
+        record last); False when the entry lacks it, made it for another identity, or holds
+        a damaged copy."""
+        source = self.entry(key)
+        record_path = source / record_rel
+        record = verified_record(record_path.parent, record_path.name, identity,
+                                 Path(data_rel).name)
+        if record is None:
             return False
-        destination.mkdir(parents=True, exist_ok=True)
-        for name in MODEL_FILES:
-            _place(entry / name, destination / name)
+        copy_file(source / data_rel, destination / data_rel)
+        copy_file(record_path, destination / record_rel)
         return True
 
-    def store(self, key: str, source: Path) -> None:
-        """Add the complete model directory ``source`` (a no-op when the key exists)."""
-        entry = self.entry(key)
-        if (entry / "meta.json").exists():
-            return
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{key}."))
-        try:
-            for name in MODEL_FILES:
-                _place(source / name, staging / name)
-            os.replace(staging, entry)
-        except OSError:
-            if not (entry / "meta.json").exists():
-                raise
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    def store(self, key: str, record_rel: str, data_rel: str, source: Path) -> None:
+        """Copy a (data, record) pair into the entry (data first, record last)."""
+        target = self.entry(key)
+        with self.lock(key):
+            if (target / record_rel).exists():
+                return
+            copy_file(source / data_rel, target / data_rel)
+            copy_file(source / record_rel, target / record_rel)

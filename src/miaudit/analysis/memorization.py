@@ -20,7 +20,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from miaudit.metrics import roc_curve, summarize
-from miaudit.rundir import save_figure
+from miaudit.io import save_figure
 from miaudit.signals import cross_entropy
 
 FPR_LEVEL = 1e-3

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-
-class DataError(RuntimeError):
-    """Missing, corrupt or malformed data; the message says what was expected where."""
+from miaudit.errors import DataError
 
 
 @dataclass

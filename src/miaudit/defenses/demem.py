@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from miaudit.registry import PENALTIES
-from miaudit.training.engine import Penalty
+from miaudit.training.engine import Penalty, penalty_weight
 
 
 def loss_variance(sample_losses: torch.Tensor) -> torch.Tensor:
@@ -37,9 +37,7 @@ class DeMemPenalty(Penalty):
     """weight * Var_batch(per-sample loss) (DeMem's de-memorization term); weight = lambda."""
 
     def __init__(self, weight: float = 1.0):
-        if not weight >= 0:
-            raise ValueError(f"demem option 'weight' must be >= 0, got {weight}")
-        self.weight = float(weight)
+        self.weight = penalty_weight(weight, "demem")
 
     def __call__(self, model: nn.Module, sample_losses: torch.Tensor) -> torch.Tensor:
         if self.weight == 0.0:  # exactly the base objective (no 0 * inf risk, no extra graph)

@@ -36,7 +36,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from miaudit.registry import ACCOUNTANTS
-from miaudit.rundir import save_figure
+from miaudit.io import save_figure
 
 ACCOUNTANT_NAMES = ("rdp", "gdp", "prv")
 

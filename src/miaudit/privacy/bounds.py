@@ -32,7 +32,7 @@ from scipy.special import ndtr, ndtri
 from scipy.stats import beta as beta_dist
 
 from miaudit.privacy.accounting import check_delta
-from miaudit.rundir import save_figure
+from miaudit.io import save_figure
 
 CORRECTIONS = ("bonferroni", "none")
 

@@ -25,12 +25,13 @@ Batches = Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
 @dataclass(frozen=True)
 class TrainParams:
-    """Optimization hyper-parameters of one training run."""
+    """Optimization hyper-parameters of one training run. These defaults are the only ones:
+    the audit config (``miaudit.config.TrainConfig``) takes its defaults from here."""
 
     epochs: int = 30
-    batch_size: int = 128
+    batch_size: int = 64
     optimizer: str = "sgd"  # sgd | adam | adamw
-    lr: float = 0.1
+    lr: float = 0.05
     momentum: float = 0.9
     nesterov: bool = False
     weight_decay: float = 5e-4
@@ -71,6 +72,16 @@ class FitState:
     def record(self, **values: Any) -> None:
         for key, value in values.items():
             self.log.setdefault(key, []).append(value)
+
+
+def penalty_weight(value: object, penalty: str) -> float:
+    """A penalty's ``weight`` option: a finite number >= 0 (ValueError otherwise, so the
+    config reports it before training)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not \
+            math.isfinite(value) or value < 0:
+        raise ValueError(f"{penalty} option 'weight' must be a finite number >= 0, got "
+                         f"{value!r}")
+    return float(value)
 
 
 class Penalty:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from miaudit.registry import PENALTIES, RECIPES
-from miaudit.training.engine import Penalty, Recipe
+from miaudit.training.engine import Penalty, Recipe, penalty_weight
 
 
 @RECIPES.register("standard")
@@ -25,7 +25,7 @@ class L1Penalty(Penalty):
     """weight * sum |w| over weight tensors."""
 
     def __init__(self, weight: float = 1e-5):
-        self.weight = weight
+        self.weight = penalty_weight(weight, "l1")
 
     def __call__(self, model: nn.Module, sample_losses: torch.Tensor) -> torch.Tensor:
         return self.weight * sum(p.abs().sum() for p in _weights(model))
@@ -36,7 +36,7 @@ class L2Penalty(Penalty):
     """weight * sum w^2 over weight tensors (explicit, unlike the optimizer's weight decay)."""
 
     def __init__(self, weight: float = 1e-5):
-        self.weight = weight
+        self.weight = penalty_weight(weight, "l2")
 
     def __call__(self, model: nn.Module, sample_losses: torch.Tensor) -> torch.Tensor:
         return self.weight * sum(p.pow(2).sum() for p in _weights(model))

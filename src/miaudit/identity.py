@@ -1,0 +1,66 @@
+"""What identifies each stage's artefacts: one definition each.
+
+* a **run** (the run directory's hash): the data (content included), the split, the seed, the
+  protocol, and the target's and references' architecture and training. Not the number of
+  models, queries, attacks or evaluation settings: those grow or change inside one run.
+* a **model** (train stage): the data content, the architecture, the recipe and its
+  hyper-parameters, the model's seed, its membership row and the device kind.
+* a **query output**: the model and the query spec.
+* an **evaluation**: the model and the evaluation settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from miaudit.io import text_digest
+
+IDENTITY_VERSION = 2  # bump when the meaning of an artefact changes
+
+
+def pool_digest(x: Any, y: Any) -> str:
+    """Content digest of the audit pool (inputs and labels): a changed data set on disk
+    changes it, so stale models are never reused."""
+    digest = hashlib.sha256()
+    for tensor in (x, y):
+        array = np.ascontiguousarray(tensor.numpy() if hasattr(tensor, "numpy") else tensor)
+        digest.update(str((array.dtype, array.shape)).encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+def data_identity(data: dict[str, Any], content: str) -> dict[str, Any]:
+    """The data part of every identity; ``data_dir`` is left out (the content digest says
+    whether the data are the same, wherever they live)."""
+    return {**{k: v for k, v in data.items() if k != "data_dir"}, "content": content}
+
+
+def run_identity(*, data: dict[str, Any], seed: int, protocol: str, model: dict[str, Any],
+                 train: dict[str, Any], reference_model: dict[str, Any] | None,
+                 reference_train: dict[str, Any] | None) -> str:
+    return text_digest({"version": IDENTITY_VERSION, "data": data, "seed": seed,
+                        "protocol": protocol, "model": model, "train": train,
+                        "reference_model": reference_model,
+                        "reference_train": reference_train})
+
+
+def model_identity(*, data: dict[str, Any], model: dict[str, Any], train: dict[str, Any],
+                   model_seed: int, membership: np.ndarray, holdout: np.ndarray,
+                   device_kind: str) -> str:
+    return text_digest({
+        "version": IDENTITY_VERSION, "data": data, "model": model, "train": train,
+        "model_seed": model_seed, "device": device_kind,
+        "membership": hashlib.sha256(np.packbits(membership).tobytes()).hexdigest(),
+        "holdout": hashlib.sha256(np.asarray(holdout, dtype=np.int64).tobytes()).hexdigest(),
+    })[:32]
+
+
+def query_identity(model: str, spec: str) -> str:
+    return text_digest({"model": model, "query": spec})[:24]
+
+
+def eval_identity(model: str, settings: dict[str, Any]) -> str:
+    return text_digest({"model": model, "evaluation": settings})[:24]

@@ -1,0 +1,144 @@
+"""The one I/O module: atomic writes, verified reads, digests, figures.
+
+Every file is written to a temporary name in the same folder, flushed to disk, then renamed
+(``os.replace`` is atomic on POSIX), so a kill at any moment leaves either the old complete file
+or no file, never half of one. Temporary names start with ``.`` and end with ``.tmp``;
+:func:`sweep_temporaries` removes those a kill left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miaudit.errors import RunDirError
+
+TMP_SUFFIX = ".tmp"
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp_path)`` and move the result to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                        suffix=TMP_SUFFIX)
+    os.close(handle)
+    tmp_path = Path(tmp_name)
+    try:
+        write(tmp_path)
+        with open(tmp_path, "rb+") as stream:
+            os.fsync(stream.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_bytes(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
+
+
+def read_json(path: Path, expect: type | None = dict) -> Any:
+    """Parse a JSON file; a missing, truncated or wrongly shaped file raises RunDirError
+    naming it and how to recover."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunDirError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunDirError(f"{path} is unreadable or truncated ({error}); delete it and rerun "
+                          "the audit to rebuild it") from None
+    if expect is not None and not isinstance(value, expect):
+        raise RunDirError(f"{path} holds a {type(value).__name__}, expected a "
+                          f"{expect.__name__}; delete it and rerun the audit to rebuild it")
+    return value
+
+
+def write_array(path: Path, array: np.ndarray) -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    write_bytes(path, buffer.getvalue())
+
+
+def read_array(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise RunDirError(f"cannot read array {path}: {error}") from None
+
+
+def write_tensors(path: Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
+                  ) -> None:
+    from safetensors.torch import save_file
+
+    contiguous = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    atomic_write(path, lambda tmp: save_file(contiguous, str(tmp), metadata=metadata))
+
+
+def read_tensors(path: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as error:  # safetensors raises its own error types
+        raise RunDirError(f"cannot read tensors {path}: {error}") from None
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes (artefact integrity)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def text_digest(value: Any) -> str:
+    """sha256 of a JSON-able value in canonical form (identities)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def copy_file(source: Path, destination: Path) -> None:
+    """Copy atomically. Never a hard link: damage in one copy must not reach another."""
+    atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
+
+
+def sweep_temporaries(root: Path) -> int:
+    """Delete temporary files and staging folders that a killed process left under ``root``
+    (names ``.*.tmp``); returns how many were removed. Call it only while holding the lock."""
+    removed = 0
+    if not Path(root).is_dir():
+        return 0
+    for path in Path(root).rglob(f".*{TMP_SUFFIX}"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Save a matplotlib figure atomically (format from the suffix) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    try:
+        atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi,
+                                                      format=path.suffix.lstrip(".") or "png"))
+    finally:
+        plt.close(figure)
+    return path
