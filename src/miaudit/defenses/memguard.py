@@ -226,13 +226,21 @@ class MemGuard(OutputDefense):
         return best, success
 
     # -- phase II and the whole defense -------------------------------------------------------
+    #: the defender's classifier needs non-members of its own: the audit's holdout set
+    needs_holdout = True
+
     def apply(self, logits: np.ndarray, labels: np.ndarray, member_mask: np.ndarray,
-              seed: int | None = None) -> np.ndarray:
-        """Released log-probabilities (N, Q, C); every query's vector is defended separately."""
+              seed: int | None = None, holdout_mask: np.ndarray | None = None) -> np.ndarray:
+        """Released log-probabilities (N, Q, C); every query's vector is defended separately.
+        The defender's classifier learns members (``member_mask``) against ``holdout_mask``
+        (held-out non-members that are never evaluated); without it, against every
+        non-member (only for standalone use: the audit always passes its holdout set)."""
         logits, member_mask = _check_inputs(logits, labels, member_mask)
-        if member_mask.all() or not member_mask.any():
-            raise ValueError("memguard needs both members and non-members in member_mask to "
-                             "train the defender's attack classifier")
+        nonmember_mask = ~member_mask if holdout_mask is None else \
+            np.asarray(holdout_mask, dtype=bool) & ~member_mask
+        if not member_mask.any() or not nonmember_mask.any():
+            raise ValueError("memguard needs members and held-out non-members to train the "
+                             "defender's attack classifier")
         n, q, c = logits.shape
         generator = torch.Generator().manual_seed(_seed_for(self.seed, member_mask, seed))
         flat = torch.from_numpy(logits.reshape(n * q, c).astype(np.float32))
@@ -240,7 +248,8 @@ class MemGuard(OutputDefense):
         z0 = torch.gather(flat, 1, order)
         p0 = F.softmax(z0, dim=1)
         is_member = torch.from_numpy(np.repeat(member_mask, q))
-        g = self.classifier = self.fit_classifier(p0, is_member, generator)
+        known = torch.from_numpy(np.repeat(member_mask | nonmember_mask, q))
+        g = self.classifier = self.fit_classifier(p0[known], is_member[known], generator)
 
         noisy, success = self._phase_one(g, z0, p0)
         with torch.no_grad():
