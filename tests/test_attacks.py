@@ -238,7 +238,7 @@ def test_attack_r_ye_hand():
     result = build("attack_r").evaluate(data, 0, [1, 2, 3, 4])
     assert result.scores[0] == pytest.approx(expected)
     assert np.quantile(np.log([0.2, 0.5, 0.7]), expected) == pytest.approx(math.log(0.6))
-    assert result.info == {"samples_without_out_refs": 0}
+    assert result.info == {"out_refs_per_sample": 3, "samples_without_out_refs": 0}
 
 
 def test_attack_r_paper_c_hand():
@@ -274,7 +274,7 @@ def test_attack_r_ye_is_the_inverse_of_numpys_linear_quantile():
     probs[0, 20:40] = 0.001  # below every reference: score 0
     data = from_probs(probs, keep)
     refs = np.arange(1, models)
-    scores = build("attack_r").score(data, 0, refs)
+    scores = ATTACKS.build("attack_r", equalize=False).score(data, 0, refs)
     inside = []
     for i in range(samples):
         out = np.sort(np.log(probs[refs][~keep[refs, i], i]))
@@ -297,7 +297,7 @@ def test_attack_r_ye_ties_take_the_upper_level():
                        [0.7, 0.9, 0.9]],
                       [[False] * 3, [False, True, True], [False, False, True],
                        [False, True, True], [False, True, True]])
-    scores = build("attack_r").score(data, 0, [1, 2, 3, 4])
+    scores = ATTACKS.build("attack_r", equalize=False).score(data, 0, [1, 2, 3, 4])
     np.testing.assert_allclose(scores, [2 / 3, 1.0, 0.0])
 
 
@@ -458,12 +458,12 @@ def test_dropout_search_picks_the_informative_column():
     attack = ATTACKS.build("dropout_search", attack="attack_r")
     result = attack.evaluate(data, 0, np.arange(1, 8))
     assert result.info["chosen_query"] == "dropout:p=0.1,n=10"
-    assert result.info["inner_info"] == {"samples_without_out_refs": 0}
     grid = result.info["grid_auc"]
     assert grid["dropout:p=0.1,n=10"] > 0.7 > grid["dropout:p=0.01,n=10"]
-    expected = ATTACKS.build("attack_r", queries=["dropout:p=0.1,n=10"]).score(
+    expected = ATTACKS.build("attack_r", queries=["dropout:p=0.1,n=10"]).evaluate(
         data, 0, np.arange(1, 8))
-    np.testing.assert_array_equal(result.scores, expected)
+    np.testing.assert_array_equal(result.scores, expected.scores)
+    assert result.info["inner_info"] == expected.info
 
 
 # -- vectorized vs plain loops ------------------------------------------------------------------
@@ -525,20 +525,28 @@ def test_lira_vs_loop(small, options):
     np.testing.assert_allclose(scores, expected, rtol=1e-9, atol=1e-9)
 
 
-def test_attack_r_and_watson_vs_loop(small):
+@pytest.mark.parametrize("equalize", [True, False])
+def test_attack_r_and_watson_vs_loop(small, equalize):
     refs = np.arange(1, 9)
-    ye = ATTACKS.build("attack_r").score(small, 0, refs)
-    paper_c = ATTACKS.build("attack_r", variant="paper_c").score(small, 0, refs)
+    ye = ATTACKS.build("attack_r", equalize=equalize).score(small, 0, refs)
+    paper_c = ATTACKS.build("attack_r", variant="paper_c", equalize=equalize).score(
+        small, 0, refs)
     watson = ATTACKS.build("watson", queries=["identity", "flip"]).score(small, 0, refs)
     log_p = small.signal("log_prob")
     confidence = np.exp(log_p).mean(axis=2)  # Pr(x|theta) averaged over the 3 queries
+    inside_counts = small.keep[refs].sum(axis=0)
+    # equalize: every sample keeps its first min-group-size references of each group
+    size_in = inside_counts.min() if equalize else None
+    size_out = (len(refs) - inside_counts).min() if equalize else None
+    assert inside_counts.min() < inside_counts.max()  # the case that equalizing changes
     for i in range(120):
-        out = ~small.keep[refs, i]
-        levels = np.sort(np.log(confidence[refs][out, i]))
+        inside = confidence[refs][small.keep[refs, i], i][:size_in]
+        out = confidence[refs][~small.keep[refs, i], i][:size_out]
+        levels = np.sort(np.log(out))
         assert ye[i] == pytest.approx(np.interp(
             np.log(confidence[0, i]), levels, np.linspace(0, 1, len(levels)), 0.0, 1.0))
-        below = confidence[refs, i] <= confidence[0, i]
-        assert paper_c[i] == pytest.approx(0.5 * (below[~out].mean() + below[out].mean()))
+        expected = 0.5 * ((inside <= confidence[0, i]).mean() + (out <= confidence[0, i]).mean())
+        assert paper_c[i] == pytest.approx(expected)
         calibrated = [log_p[0, i, q] - ref_values(small, "log_prob", refs, i, False, q).mean()
                       for q in range(2)]
         assert watson[i] == pytest.approx(np.mean(calibrated))
@@ -602,6 +610,7 @@ def test_rmia_tunes_a_on_references(shifted):
     ("attack_p", {"variant": "raw"}, "variant"),
     ("attack_p", {"population": "all"}, "population"),
     ("attack_r", {"variant": "paper"}, "variant"),
+    ("attack_r", {"equalize": "yes"}, "equalize"),
     ("rmia_simple", {"references": "in"}, "references"),
     ("rmia_simple", {"references": "all"}, "references"),  # renamed "plain" on purpose
     ("dropout_search", {"attack": "rmia:gamma=0"}, "gamma"),

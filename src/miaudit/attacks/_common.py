@@ -72,6 +72,14 @@ def group_masks(keep: np.ndarray, references: np.ndarray, member: bool | None,
         yield model, mask
 
 
+def common_size(keep: np.ndarray, references: np.ndarray, member: bool) -> int | None:
+    """The smallest non-zero group size over samples (None when every group is empty)."""
+    inside = keep[references].sum(axis=0)
+    counts = inside if member else len(references) - inside
+    counts = counts[counts > 0]
+    return int(counts.min()) if counts.size else None
+
+
 def masked_mean(signal: np.ndarray, keep: np.ndarray, references: np.ndarray, qidx: np.ndarray,
                 member: bool | None, transform=None,
                 limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:

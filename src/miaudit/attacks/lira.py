@@ -13,6 +13,7 @@ from miaudit.attacks._common import (
     check_models,
     choice,
     columns,
+    common_size,
     masked_mean,
     masked_median,
     masked_sq_dev,
@@ -33,14 +34,6 @@ class Gaussians:
     std: np.ndarray  # (N, Q') per-sample std (np.std, ddof=0), before fallbacks
     count: np.ndarray  # (N,) references in the group
     sq_dev: np.ndarray  # (N, Q') sum of squared deviations from the group mean
-
-
-def common_size(keep: np.ndarray, references: np.ndarray, member: bool) -> int | None:
-    """The smallest non-zero group size over samples (None when every group is empty)."""
-    inside = keep[references].sum(axis=0)
-    counts = inside if member else len(references) - inside
-    counts = counts[counts > 0]
-    return int(counts.min()) if counts.size else None
 
 
 def fit_group(signal: np.ndarray, keep: np.ndarray, references: np.ndarray, qidx: np.ndarray,

@@ -12,7 +12,9 @@ from miaudit.attacks._common import (
     check_models,
     choice,
     columns,
+    common_size,
     confidence_logit,
+    group_masks,
     query_option,
 )
 from miaudit.registry import ATTACKS
@@ -46,6 +48,14 @@ def interpolated_cdf(values: np.ndarray, valid: np.ndarray, point: np.ndarray) -
     return np.where(c == 0, 0.0, np.where(inside, fraction, 1.0))
 
 
+def group_matrix(keep: np.ndarray, refs: np.ndarray, member: bool,
+                 equalize: bool) -> tuple[np.ndarray, int | None]:
+    """(R, N) mask of the references in each sample's IN (or OUT) group, and the common group
+    size when ``equalize`` (every sample keeps its first that many, in reference order)."""
+    limit = common_size(keep, refs, member) if equalize else None
+    return np.stack([mask for _, mask in group_masks(keep, refs, member, limit)]), limit
+
+
 def group_fraction(values: np.ndarray, group: np.ndarray, point: np.ndarray) -> np.ndarray:
     """Per sample, the fraction of its group's reference values <= point (NaN if empty)."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -76,35 +86,51 @@ class AttackR(Attack):
         Default "ye": it is the attack the name stands for, a calibrated per-sample hypothesis
         test against the OUT distribution, and continuous. Reproductions of the spiking study
         set ``variant: paper_c``.
+      equalize (bool, True): every sample's IN (and OUT) group has the same size, the
+        smallest over samples, each sample keeping its first references of the group (as
+        LiRA's ``equalize``). Under the rotation protocol a member has one OUT reference more
+        and one IN reference fewer than a non-member; with unequal sizes the score's
+        distribution differs by group size even when the target memorizes nothing (with 3 vs
+        4 OUT references, a target above all of them is likelier for the 3, so "ye" scored a
+        null AUC of 0.489 averaged over six synthetic worlds). Under the 2n design no
+        reference is dropped, so the paper's formula is unchanged.
       queries (list[str] | None).
     """
 
-    def __init__(self, variant: str = "ye", queries: list[str] | None = None):
+    def __init__(self, variant: str = "ye", equalize: bool = True,
+                 queries: list[str] | None = None):
         self.variant = choice(variant, "variant", ("ye", "paper_c"))
+        if not isinstance(equalize, bool):
+            raise ValueError(f"option 'equalize' must be a boolean, got {equalize!r}")
+        self.equalize = equalize
         self.queries = query_option(queries)
 
     def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
         refs = check_models(data, target, references, "attack_r")
         qidx = data.query_index(self.queries)
-        member = data.keep[refs]  # (R, N)
+        out, out_size = group_matrix(data.keep, refs, False, self.equalize)
         if self.variant == "ye":
-            return self._ye(data, target, refs, qidx, member)
+            return self._ye(data, target, refs, qidx, out, out_size)
+        inside, in_size = group_matrix(data.keep, refs, True, self.equalize)
         # Ordering only: the logit keeps near-1 confidences apart (see confidence_logit).
         values = np.stack([confidence_logit(data, model, qidx) for model in refs])
         point = confidence_logit(data, target, qidx)
-        inside = group_fraction(values, member, point)
-        outside = group_fraction(values, ~member, point)
-        scores = np.where(np.isnan(inside), outside,
-                          np.where(np.isnan(outside), inside, 0.5 * (inside + outside)))
+        in_fraction = group_fraction(values, inside, point)
+        out_fraction = group_fraction(values, out, point)
+        scores = np.where(np.isnan(in_fraction), out_fraction,
+                          np.where(np.isnan(out_fraction), in_fraction,
+                                   0.5 * (in_fraction + out_fraction)))
         return AttackResult(scores, {
-            "samples_without_in_refs": int((~member.any(axis=0)).sum()),
-            "samples_without_out_refs": int(member.all(axis=0).sum())})
+            "in_refs_per_sample": in_size, "out_refs_per_sample": out_size,
+            "samples_without_in_refs": int((~inside.any(axis=0)).sum()),
+            "samples_without_out_refs": int((~out.any(axis=0)).sum())})
 
     @staticmethod
     def _ye(data: AttackInput, target: int, refs: np.ndarray, qidx: np.ndarray,
-            member: np.ndarray) -> AttackResult:
+            out: np.ndarray, out_size: int | None) -> AttackResult:
         values = np.stack([log_confidence(data, model, qidx) for model in refs])
-        missing = member.all(axis=0)
-        group = ~member | missing[None]  # OUT references, or all where x has none
+        missing = ~out.any(axis=0)
+        group = out | missing[None]  # OUT references, or all where x has none
         scores = interpolated_cdf(values, group, log_confidence(data, target, qidx))
-        return AttackResult(scores, {"samples_without_out_refs": int(missing.sum())})
+        return AttackResult(scores, {"out_refs_per_sample": out_size,
+                                     "samples_without_out_refs": int(missing.sum())})
