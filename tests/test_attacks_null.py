@@ -13,7 +13,9 @@ that the same setting detects real leakage.
 
 Power: 8 targets x 3,000 evaluated samples pooled give 12,000 members and 12,000 non-members,
 so the null AUC's standard error is sqrt((n1 + n0 + 1) / (12 n1 n0)) = 0.0037 and the bound
-0.5 +- 0.015 is 4 standard errors; the plain-mean leak this guards against is 0.539 here.
+0.5 +- 0.015 is 4 standard errors. The leaks this guards against, measured on this world:
+rmia_simple with the plain reference mean 0.535, paper C's Attack-R as a plain fraction over
+all references 0.553, Attack-R (Ye) without equal OUT-group sizes 0.489 (0.485 on other seeds).
 TPR at 1% FPR has a standard error of about 0.001 under the null, so <= 2% is a wide margin
 that a leak at low FPR still crosses.
 """
@@ -30,7 +32,7 @@ from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.registry import ATTACKS, parse_spec
 
-MODELS, SAMPLES, POPULATION, CLASSES = 8, 3000, 600, 3
+MODELS, SAMPLES, POPULATION, CLASSES = 8, 3000, 600, 2
 QUERIES = ["identity", "flip"]
 
 
@@ -43,7 +45,7 @@ def default_suite() -> list[str]:
 EXTRA = [  # options the default suite leaves at their defaults, and the nested attack
     "attack_r:variant=paper_c", "attack_p:variant=ye",
     "attack_p:variant=ye,population=target_nonmembers", "rmia_simple:references=out",
-    "rmia:population=target_nonmembers", "rmia:offline=true,population=target_nonmembers",
+    "rmia:population=target_nonmembers",
     {"name": "dropout_search", "attack": "attack_r:variant=paper_c",
      "grid": ["identity", "flip"]},
 ]
@@ -97,7 +99,7 @@ def null_inputs(world):
 
 @pytest.fixture(scope="module")
 def leaky_inputs(world):
-    return [world.attack_input(t, memorizing_target=True) for t in range(2)]
+    return [world.attack_input(0, memorizing_target=True)]
 
 
 def pooled(spec, inputs, world) -> dict:
@@ -112,11 +114,7 @@ def pooled(spec, inputs, world) -> dict:
     return metrics.summarize(np.concatenate(scores), np.concatenate(truth))
 
 
-def null_case(spec):
-    return spec
-
-
-@pytest.mark.parametrize("spec", [null_case(s) for s in SPECS], ids=spec_id)
+@pytest.mark.parametrize("spec", SPECS, ids=spec_id)
 def test_rotation_null(spec, null_inputs, world):
     result = pooled(spec, null_inputs, world)
     assert abs(result["auc"] - 0.5) <= 0.015, result["auc"]
@@ -125,7 +123,8 @@ def test_rotation_null(spec, null_inputs, world):
 
 @pytest.mark.parametrize("spec", SPECS, ids=spec_id)
 def test_rotation_positive_control(spec, leaky_inputs, world):
-    """The same world with a target that memorizes its real members: every attack sees it."""
+    """The same world with a target that memorizes its real members: every attack sees it
+    (AUCs from 0.61 for correctness to 0.91 for fixed-variance LiRA)."""
     assert pooled(spec, leaky_inputs, world)["auc"] > 0.6
 
 
