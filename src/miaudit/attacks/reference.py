@@ -74,8 +74,10 @@ class AttackR(Attack):
           on x): score = interpolated CDF of the target's log-confidence (minus its loss, the
           scale Ye et al. threshold on) among the OUT references' (``interpolated_cdf``), so
           "score >= 1 - alpha" is exactly their test "loss <= alpha-quantile (numpy 'linear')
-          of the reference losses". Samples that are IN for every reference use all of them
-          (counted in ``info``).
+          of the reference losses". Ties remain only outside the references' range (score 0
+          or 1): with few references, a memorizing target's members often all score 1, and
+          TPR at low FPR can still be 0. Samples that are IN for every reference use all of
+          them (counted in ``info``).
         "paper_c": the spiking-network study's Table 1 score, (1/2n) sum over all 2n reference
           models of 1[Pr(x|theta) >= Pr(x|theta')], computed as (IN-group fraction +
           OUT-group fraction) / 2: equal to the paper's formula under its 2n design (n IN and
