@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.special import logsumexp
 
 from miaudit.attacks._base import AttackInput
 
@@ -69,6 +70,14 @@ def group_masks(keep: np.ndarray, references: np.ndarray, member: bool | None,
             mask = mask & (count < limit)
         count += mask
         yield model, mask
+
+
+def common_size(keep: np.ndarray, references: np.ndarray, member: bool) -> int | None:
+    """The smallest non-zero group size over samples (None when every group is empty)."""
+    inside = keep[references].sum(axis=0)
+    counts = inside if member else len(references) - inside
+    counts = counts[counts > 0]
+    return int(counts.min()) if counts.size else None
 
 
 def masked_mean(signal: np.ndarray, keep: np.ndarray, references: np.ndarray, qidx: np.ndarray,
@@ -135,6 +144,36 @@ def masked_median(signal: np.ndarray, keep: np.ndarray, references: np.ndarray,
     return median
 
 
+def balanced_mean(signal: np.ndarray, keep: np.ndarray, references: np.ndarray,
+                  qidx: np.ndarray, transform=None) -> tuple[np.ndarray, dict[str, int]]:
+    """(mean over x's IN references + mean over x's OUT references) / 2, per sample.
+
+    Under the 2n design (n IN and n OUT references per sample) this is exactly the mean over
+    all 2n references. Under the rotation protocol it is not: a target member has one IN
+    reference fewer than a non-member, so a plain mean over all references is lower for
+    members whenever the references memorize, and leaks membership through the references
+    alone. Weighting the two groups equally removes that. A sample with references of one kind
+    only uses that kind. Returns (mean (N, Q'), counts of samples lacking IN / OUT references).
+    """
+    mean_in, count_in = masked_mean(signal, keep, references, qidx, True, transform)
+    mean_out, count_out = masked_mean(signal, keep, references, qidx, False, transform)
+    mean = np.where((count_in == 0)[:, None], mean_out,
+                    np.where((count_out == 0)[:, None], mean_in, 0.5 * (mean_in + mean_out)))
+    return mean, {"samples_without_in_refs": int((count_in == 0).sum()),
+                  "samples_without_out_refs": int((count_out == 0).sum())}
+
+
+def confidence_logit(data: AttackInput, model: int, qidx: np.ndarray) -> np.ndarray:
+    """(N,) logit of Pr(x|theta), the model's true-class softmax probability averaged over the
+    query columns: log(mean p) - log(mean (1 - p)), a strictly increasing function of the mean
+    confidence. Why not the probability itself: overfit members reach p within 1e-16 of 1,
+    which rounds to 1.0 in float64 and would tie; log(1 - p) = log p - phi comes from the
+    stable logit-scaled confidence phi (:mod:`miaudit.signals`), so no such ties arise."""
+    log_p = columns(data.signal("log_prob")[model], qidx)
+    log_not_p = log_p - columns(data.signal("logit_conf")[model], qidx)  # log(1 - p)
+    return logsumexp(log_p, axis=1) - logsumexp(log_not_p, axis=1)  # the 1/Q factors cancel
+
+
 def out_mean_with_fallback(signal: np.ndarray, keep: np.ndarray, references: np.ndarray,
                            qidx: np.ndarray, transform=None) -> tuple[np.ndarray, int]:
     """Mean over each sample's OUT references; samples that are IN for every reference use
@@ -148,13 +187,40 @@ def out_mean_with_fallback(signal: np.ndarray, keep: np.ndarray, references: np.
     return mean, int(missing.sum())
 
 
-def target_non_members(data: AttackInput, target: int, size: int | None,
-                       rng: np.random.Generator) -> np.ndarray:
-    """Population samples z: the target's non-members (the attacker's population data, as in
-    the RMIA and Attack-P reference code), optionally a seeded subset of ``size``."""
-    population = np.flatnonzero(~data.keep[target])
-    if len(population) == 0:
-        raise ValueError(f"target {target} has no non-members to use as population data")
+#: values of the ``population`` option of the attacks that compare x with population data z
+POPULATION_CHOICES = ("disjoint", "target_nonmembers")
+
+
+def population_samples(data: AttackInput, target: int, option: str, size: int | None,
+                       rng: np.random.Generator, attack: str) -> np.ndarray:
+    """Indices of the population samples z that x is compared with, optionally a seeded subset
+    of ``size``. The ``population`` option and the threat model each value assumes:
+
+    "disjoint" (the default of every attack): ``data.population``, samples that no model
+    trained on and that are never evaluated (the audit reserves them, ``data.population_size``).
+    The attacker holds data from the training distribution, disjoint from the target's
+    training set, and knows nothing about which evaluated samples are members; ML Privacy Meter
+    draws z from a separate population set the same way.
+
+    "target_nonmembers": the target's non-members among the evaluated samples (the authors'
+    research-code convention, kept for comparison). It assumes an attacker who knows the
+    target's membership labels, and z contains the evaluated non-members, x itself included.
+    """
+    if option == "target_nonmembers":
+        population = np.flatnonzero(~data.keep[target])
+        if len(population) == 0:
+            raise ValueError(f"{attack}: target {target} has no non-members to use as "
+                             "population data")
+    else:
+        population = np.asarray(data.population, dtype=np.int64).ravel()
+        if len(population) == 0:
+            raise ValueError(
+                f"{attack} with population='disjoint' needs population data, but the audit "
+                "reserved none: set data.population_size > 0 (or use "
+                "population='target_nonmembers', the research-code convention)")
+        if data.keep[:, population].any():
+            raise ValueError(f"{attack}: population samples must be non-members of every "
+                             "model (a model trained on some)")
     if size is not None and size < len(population):
         population = np.sort(rng.choice(population, size=size, replace=False))
     return population

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from miaudit.attacks._base import Attack, AttackInput
+from miaudit.attacks._base import Attack, AttackInput, AttackResult
 from miaudit.attacks._common import (
     check_models,
     choice,
     columns,
+    common_size,
     masked_mean,
     masked_median,
     masked_sq_dev,
@@ -33,14 +34,6 @@ class Gaussians:
     std: np.ndarray  # (N, Q') per-sample std (np.std, ddof=0), before fallbacks
     count: np.ndarray  # (N,) references in the group
     sq_dev: np.ndarray  # (N, Q') sum of squared deviations from the group mean
-
-
-def common_size(keep: np.ndarray, references: np.ndarray, member: bool) -> int | None:
-    """The smallest non-zero group size over samples (None when every group is empty)."""
-    inside = keep[references].sum(axis=0)
-    counts = inside if member else len(references) - inside
-    counts = counts[counts > 0]
-    return int(counts.min()) if counts.size else None
 
 
 def fit_group(signal: np.ndarray, keep: np.ndarray, references: np.ndarray, qidx: np.ndarray,
@@ -111,8 +104,11 @@ class LiRA(Attack):
     Online score = mean over queries of log N(phi; mu_in, s_in^2) - log N(phi; mu_out, s_out^2)
     (the paper's per-query independence assumption for augmentations, Sec. VI-A).
     Samples with fewer than 2 references in a group use the global std; samples with none get
-    the other group's center plus the average IN-OUT shift (counted in ``last_info``).
+    the other group's center plus the average IN-OUT shift (counted in ``info``). Needs two
+    references: with one, no sample has both an IN and an OUT fit to estimate that shift from.
     """
+
+    min_references = 2
 
     def __init__(self, offline: bool = False, fixed_variance: bool = False,
                  queries: list[str] | None = None, center: str = "median",
@@ -124,10 +120,9 @@ class LiRA(Attack):
         self.offline, self.fixed_variance, self.equalize = offline, fixed_variance, equalize
         self.queries = query_option(queries)
         self.center = choice(center, "center", ("median", "mean"))
-        self.last_info: dict = {}
 
-    def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
-        refs = check_models(data, target, references, "lira")
+    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
+        refs = check_models(data, target, references, "lira", self.min_references)
         qidx = data.query_index(self.queries)
         signal = data.signal("logit_conf")
         observed = columns(signal[target], qidx)
@@ -137,18 +132,17 @@ class LiRA(Attack):
                 raise ValueError("lira offline: no sample has an OUT reference model")
             filled = self._fill_offline(out, signal, data.keep, refs, qidx)
             std = finalize_std(out, pooled_std(out), self.fixed_variance)
-            self.last_info = {"samples_without_out_refs": filled}
-            return norm.logcdf((observed - out.center) / std).mean(axis=1)
+            return AttackResult(norm.logcdf((observed - out.center) / std).mean(axis=1),
+                                {"samples_without_out_refs": filled})
         inside = fit_group(signal, data.keep, refs, qidx, True, self.center, self.equalize)
-        self.last_info = {"samples_without_in_refs": fill_missing(inside, out, "IN"),
-                          "samples_without_out_refs": fill_missing(out, inside, "OUT")}
+        info = {"samples_without_in_refs": fill_missing(inside, out, "IN"),
+                "samples_without_out_refs": fill_missing(out, inside, "OUT")}
         global_std = pooled_std(inside, out)
         log_in = norm.logpdf(observed, inside.center,
                              finalize_std(inside, global_std, self.fixed_variance))
         log_out = norm.logpdf(observed, out.center,
                               finalize_std(out, global_std, self.fixed_variance))
-        return (log_in - log_out).mean(axis=1)
-
+        return AttackResult((log_in - log_out).mean(axis=1), info)
 
     def _fill_offline(self, out: Gaussians, signal: np.ndarray, keep: np.ndarray,
                       refs: np.ndarray, qidx: np.ndarray) -> int:

@@ -18,7 +18,7 @@ class LossAttack(Attack):
     -loss = log p_y exactly; no reference models.
     """
 
-    uses_references = False
+    min_references = 0
 
     def __init__(self, queries: list[str] | None = None):
         self.queries = query_option(queries)

@@ -7,32 +7,23 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from miaudit.attacks._base import Attack, AttackInput
+from miaudit.attacks._base import Attack, AttackInput, AttackResult
 from miaudit.attacks._common import (
+    POPULATION_CHOICES,
+    balanced_mean,
     check_models,
     choice,
     columns,
     masked_mean,
     out_mean_with_fallback,
+    population_samples,
     positive_int,
     query_option,
-    target_non_members,
 )
 from miaudit.registry import ATTACKS
 
 _TINY = np.finfo(np.float64).tiny  # probabilities that underflow are clamped here before log
 _PAIRS_PER_CHUNK = 1 << 22  # (x, z) pairs held at once by the vote
-
-
-def online_prob(log_prob: np.ndarray, keep: np.ndarray, refs: np.ndarray,
-                qidx: np.ndarray) -> np.ndarray:
-    """Pr(x) = mean p over references, IN and OUT weighted equally (the paper's reference
-    models are half IN, half OUT; the research code balances them by truncation). A sample
-    with only one kind of reference uses that kind."""
-    mean_in, _ = masked_mean(log_prob, keep, refs, qidx, member=True, transform=np.exp)
-    mean_out, _ = masked_mean(log_prob, keep, refs, qidx, member=False, transform=np.exp)
-    return np.where(np.isnan(mean_in), mean_out,
-                    np.where(np.isnan(mean_out), mean_in, 0.5 * (mean_in + mean_out)))
 
 
 def offline_prob(prob_out: np.ndarray, a: float) -> np.ndarray:
@@ -80,27 +71,35 @@ def relative_score(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float,
 class RMIA(Attack):
     """RMIA (Zarifzadeh et al. 2024) on the true-class softmax probability p.
 
-    Score(x) = Pr_z[LR(x, z) >= gamma], LR(x, z) = (p(x|theta) / Pr(x)) / (p(z|theta) / Pr(z)),
-    Pr(.) = mean p over reference models; z = population samples (the target's non-members,
-    as in the authors' research code).
+    Score(x) = Pr_z[LR(x, z) >= gamma], LR(x, z) = (p(x|theta) / Pr(x)) / (p(z|theta) / Pr(z))
+    (paper Eqs. 2-4), Pr(.) = mean p over reference models, z = population samples.
 
     Options:
       offline (bool, False): OUT references only, Pr(x) = ((1 + a) Pr_OUT(x) + 1 - a) / 2.
+        Online, Pr(x) = (mean over IN references + mean over OUT references) / 2
+        (``balanced_mean``: the paper's references are half IN, half OUT).
       a (float | None, None): offline interpolation; None tunes it as the paper does (App.
         B.2.2): the first reference model is attacked with the others as references, for a in
-        ``a_grid`` (default 0, 0.1, ..., 1), and the a with the best AUC is kept
-        (``last_info``). Tuning uses ``tune_size`` seeded samples as x and as z.
+        ``a_grid`` (default 0, 0.1, ..., 1), and the a with the best AUC is kept (``info``).
+        Tuning uses ``tune_size`` seeded samples as x (never population samples) and z.
       gamma (float, 2.0): the LR threshold (research-code default; ML Privacy Meter v2 uses 1).
       reduce ("vote" | "mean", "vote"): over query columns, a strict majority vote of the
         per-query tests (research code) or the mean of per-query scores.
-      num_z (int | None, None = all): a seeded subset of the target's non-members as z.
+      population ("disjoint" | "target_nonmembers", "disjoint"): where z comes from.
+        "disjoint": ``data.population``, samples no model trained on and never evaluated.
+        Threat model: the attacker holds data from the training distribution, disjoint from
+        the target's training set, and no membership labels (as ML Privacy Meter's population
+        set). "target_nonmembers": the target's non-members among the evaluated samples (the
+        authors' research-code convention, for comparison; it assumes the attacker knows the
+        target's membership labels, and z contains the evaluated non-members, x included).
+      num_z (int | None, None = all): a seeded subset of the population as z.
         The vote costs O(N * num_z * Q); the mean O((N + num_z) log num_z).
       seed (int, 0), queries (list[str] | None), tune_size (int, 2000), a_grid (list[float]).
     """
 
     def __init__(self, offline: bool = False, a: float | None = None, gamma: float = 2.0,
-                 reduce: str = "vote", num_z: int | None = None, seed: int = 0,
-                 queries: list[str] | None = None, tune_size: int = 2000,
+                 reduce: str = "vote", population: str = "disjoint", num_z: int | None = None,
+                 seed: int = 0, queries: list[str] | None = None, tune_size: int = 2000,
                  a_grid: list[float] | None = None):
         if not isinstance(offline, bool):
             raise ValueError("option 'offline' must be a boolean")
@@ -113,49 +112,55 @@ class RMIA(Attack):
             raise ValueError(f"option 'a_grid' must be a list of values in [0, 1], got {a_grid}")
         self.offline, self.a, self.gamma = offline, None if a is None else float(a), float(gamma)
         self.reduce = choice(reduce, "reduce", ("vote", "mean"))
+        self.population = choice(population, "population", POPULATION_CHOICES)
         self.num_z = positive_int(num_z, "num_z", allow_none=True)
         self.tune_size = positive_int(tune_size, "tune_size")
         self.seed, self.a_grid = int(seed), [float(v) for v in grid]
         self.queries = query_option(queries)
-        self.last_info: dict = {}
+        self.needs_population = self.population == "disjoint"
+        # tuning a attacks one reference with the others, so it needs two
+        self.min_references = 2 if offline and a is None else 1
 
     def reference_prob(self, log_prob: np.ndarray, keep: np.ndarray, refs: np.ndarray,
-                       qidx: np.ndarray) -> tuple[np.ndarray, int]:
+                       qidx: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
         """Online Pr(x), or offline Pr_OUT(x) (before the a-interpolation)."""
         if not self.offline:
-            return online_prob(log_prob, keep, refs, qidx), 0
-        return out_mean_with_fallback(log_prob, keep, refs, qidx, transform=np.exp)
+            return balanced_mean(log_prob, keep, refs, qidx, transform=np.exp)
+        prob, missing = out_mean_with_fallback(log_prob, keep, refs, qidx, transform=np.exp)
+        return prob, {"samples_without_out_refs": missing}
 
-    def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
-        refs = check_models(data, target, references, "rmia")
+    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
+        label = "rmia offline with a=None (it tunes a)" if self.min_references == 2 else "rmia"
+        refs = check_models(data, target, references, label, self.min_references)
         qidx = data.query_index(self.queries)
         log_prob = data.signal("log_prob")
-        rng = np.random.default_rng(self.seed)
-        self.last_info = {}
-        a = self.a if self.a is not None or not self.offline else self.tune_a(data, refs, qidx)
+        info: dict = {}
+        a = self.a if self.a is not None or not self.offline else \
+            self.tune_a(data, refs, qidx, info)
         prob, missing = self.reference_prob(log_prob, data.keep, refs, qidx)
         if self.offline:
             prob = offline_prob(prob, a)
         ratio = log_ratio(columns(log_prob[target], qidx), prob)
-        population = target_non_members(data, target, self.num_z, rng)
-        self.last_info.update({"a": a, "num_z": int(len(population)),
-                               "samples_without_out_refs": missing})
-        return relative_score(ratio, ratio[population], self.gamma, self.reduce)
+        population = population_samples(data, target, self.population, self.num_z,
+                                        np.random.default_rng(self.seed), "rmia")
+        info.update({"a": a, "num_z": int(len(population)), **missing})
+        return AttackResult(relative_score(ratio, ratio[population], self.gamma, self.reduce),
+                            info)
 
-    def tune_a(self, data: AttackInput, refs: np.ndarray, qidx: np.ndarray) -> float:
-        """Pick a by attacking refs[0] with refs[1:] as references (paper App. B.2.2)."""
-        if len(refs) < 2:
-            raise ValueError("rmia offline with a=None tunes 'a' on the reference models and "
-                             "needs at least 2 of them; give 'a' explicitly")
+    def tune_a(self, data: AttackInput, refs: np.ndarray, qidx: np.ndarray,
+               info: dict) -> float:
+        """Pick a by attacking refs[0] with refs[1:] as references (paper App. B.2.2); the
+        tuning diagnostics go into ``info``."""
         pseudo, others = refs[0], refs[1:]
         log_prob = data.signal("log_prob")
         rng = np.random.default_rng(self.seed)
-        samples = data.keep.shape[1]
-        x = np.sort(rng.choice(samples, min(self.tune_size, samples), replace=False))
+        candidates = np.setdiff1d(np.arange(data.keep.shape[1]), data.population)
+        x = np.sort(rng.choice(candidates, min(self.tune_size, len(candidates)), replace=False))
         if data.keep[pseudo, x].all() or not data.keep[pseudo, x].any():
             raise ValueError("rmia: the tuning samples need members and non-members of the "
                              "tuning model; raise 'tune_size'")
-        z = target_non_members(data, pseudo, min(self.num_z or samples, self.tune_size), rng)
+        z = population_samples(data, pseudo, self.population,
+                               min(self.num_z or len(candidates), self.tune_size), rng, "rmia")
         prob_out, _ = self.reference_prob(log_prob, data.keep, others, qidx)
         observed = columns(log_prob[pseudo], qidx)
         aucs = []
@@ -163,37 +168,47 @@ class RMIA(Attack):
             ratio = log_ratio(observed, offline_prob(prob_out, a))
             scores = relative_score(ratio[x], ratio[z], self.gamma, self.reduce)
             aucs.append(float(roc_auc_score(data.keep[pseudo, x], scores)))
-        best = self.a_grid[int(np.argmax(aucs))]
-        self.last_info.update({"a_tuning_model": int(pseudo), "a_grid_auc": dict(
+        info.update({"a_tuning_model": int(pseudo), "a_grid_auc": dict(
             zip([f"{v:g}" for v in self.a_grid], aucs, strict=True))})
-        return best
+        return self.a_grid[int(np.argmax(aucs))]
 
 
 @ATTACKS.register("rmia_simple")
 class RMIASimple(Attack):
-    """The spiking-network MI study's simplified "RMIA": score(x) = p_target(x) / mean over
-    references of p_ref(x); no population z, no gamma. Returned as the log of the ratio
+    """The spiking-network MI study's simplified "RMIA" (its Table 1): score(x) =
+    Pr(x|theta) / Pr(x), Pr(x) = (1/2n)(sum over IN references of Pr(x|theta') + sum over OUT
+    references of Pr(x|theta')); no population z, no gamma. Returned as the log of the ratio
     (same ranking), averaged over the ``queries`` columns (all by default).
 
-    Options: ``references`` ("all" | "out", "all"): average over every reference model (the
-    study's choice) or only those that did not train on x (falling back to all for samples
-    that are IN everywhere); ``queries``.
+    Options: ``references`` ("balanced" | "plain" | "out", "balanced"):
+      "balanced": Pr(x) = (mean over IN references + mean over OUT references) / 2, which is
+        the study's (1/2n)(sum_IN + sum_OUT) exactly under its 2n design (n IN and n OUT
+        references per x). Samples with references of one kind only use that kind.
+      "plain": the mean over every reference model. It equals "balanced" under the 2n design
+        but leaks membership under the rotation protocol (M models, each the target in turn,
+        the others its references): a target member has one IN reference fewer than a
+        non-member, so when the references memorize, Pr(x) is lower for members and the
+        score rises for them even if the target memorizes nothing. Kept for comparison only.
+      "out": only the references that did not train on x (falling back to all for samples
+        that are IN everywhere).
+    ``queries``.
     """
 
-    def __init__(self, references: str = "all", queries: list[str] | None = None):
-        self.references = choice(references, "references", ("all", "out"))
+    def __init__(self, references: str = "balanced", queries: list[str] | None = None):
+        self.references = choice(references, "references", ("balanced", "plain", "out"))
         self.queries = query_option(queries)
-        self.last_info: dict = {}
 
-    def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
+    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
         refs = check_models(data, target, references, "rmia_simple")
         qidx = data.query_index(self.queries)
         log_prob = data.signal("log_prob")
-        if self.references == "all":
+        if self.references == "balanced":
+            prob, info = balanced_mean(log_prob, data.keep, refs, qidx, transform=np.exp)
+        elif self.references == "plain":
             prob, _ = masked_mean(log_prob, data.keep, refs, qidx, member=None, transform=np.exp)
-            missing = 0
+            info = {}
         else:
             prob, missing = out_mean_with_fallback(log_prob, data.keep, refs, qidx,
                                                    transform=np.exp)
-        self.last_info = {"samples_without_out_refs": missing}
-        return log_ratio(columns(log_prob[target], qidx), prob).mean(axis=1)
+            info = {"samples_without_out_refs": missing}
+        return AttackResult(log_ratio(columns(log_prob[target], qidx), prob).mean(axis=1), info)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import log_softmax as _log_softmax
 
-from miaudit.attacks._base import Attack, AttackInput
+from miaudit.attacks._base import Attack, AttackInput, AttackResult
 from miaudit.attacks._common import check_models, choice, columns, query_option
 from miaudit.registry import ATTACKS
 from miaudit.signals import SIGNALS
@@ -110,13 +110,12 @@ class SongMittal(Attack):
             raise ValueError("option 'class_dependent' must be a boolean")
         self.class_dependent = class_dependent
         self.queries = query_option(queries)
-        self.last_info: dict = {}
 
     def values(self, data: AttackInput, model: int, qidx: np.ndarray) -> np.ndarray:
         name, sign = _METRICS[self.signal]
         return sign * columns(data.signal(name)[model], qidx).mean(axis=1)
 
-    def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
+    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
         refs = check_models(data, target, references, "song_mittal")
         qidx = data.query_index(self.queries)
         ref_values = np.stack([self.values(data, r, qidx) for r in refs]).ravel()
@@ -128,9 +127,9 @@ class SongMittal(Attack):
             raise ValueError("song_mittal: the references need both member and non-member "
                              "values to choose a threshold")
         thresholds, info = class_thresholds(ref_values, is_member, labels, num_classes)
-        self.last_info = {"thresholds": [float(t) for t in thresholds], **info}
         target_labels = data.labels if self.class_dependent else 0
-        return self.values(data, target, qidx) - thresholds[target_labels]
+        return AttackResult(self.values(data, target, qidx) - thresholds[target_labels],
+                            {"thresholds": [float(t) for t in thresholds], **info})
 
 
 @ATTACKS.register("correctness")
@@ -139,7 +138,7 @@ class Correctness(Attack):
     "member" iff the target classifies x correctly. Score = fraction of the ``queries``
     columns (all by default) classified correctly. No reference models."""
 
-    uses_references = False
+    min_references = 0
 
     def __init__(self, queries: list[str] | None = None):
         self.queries = query_option(queries)
