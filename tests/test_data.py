@@ -142,7 +142,7 @@ def location_rows(n: int = 12) -> list[tuple[int, list[int]]]:
 # --- CIFAR ---------------------------------------------------------------------------------
 
 def test_loaders_are_registered():
-    for name in ("cifar10", "cifar100", "imagefolder", "location30"):
+    for name in ("cifar10", "cifar100", "imagefolder", "location30", "tabular"):
         assert name in DATASETS
 
 
