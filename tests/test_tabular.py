@@ -194,6 +194,7 @@ def _write(tmp_path: Path, name: str, content) -> Path:
      r"the first at index \(0, 0\)"),
     ("x.npy", np.array([[1, 0.5], [2, 0.25]]), {"label_column": "y"}, r"no column names"),
     ("x.npy", np.array(["a", "b"]), {"labels_path": "x.npy"}, r"features must be numbers"),
+    ("x.npy", "1,2\n", {}, r"not an .npy/.npz file \(no NumPy header\)"),
 ])
 def test_malformed_inputs_name_the_file_and_the_problem(tmp_path, name, content, options,
                                                         message):

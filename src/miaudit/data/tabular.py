@@ -207,6 +207,8 @@ def _bad_cell(cell: str) -> str | None:
 
 def load_array(raw: bytes, where: str, key: str | None = None) -> np.ndarray:
     """One array of an ``.npy`` file, or array ``key`` of an ``.npz`` file, never unpickled."""
+    if not raw.startswith((b"\x93NUMPY", b"PK\x03\x04")):  # else np.load calls it a pickle
+        raise DataError(f"{where} is not an .npy/.npz file (no NumPy header)")
     try:
         loaded = np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as error:
@@ -266,7 +268,7 @@ def class_indices(*parts: np.ndarray, where: str) -> tuple[list[np.ndarray], lis
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
             raise DataError(f"{where}: numeric labels must be integers; {int(bad.sum())} are "
-                            f"not, the first at row {first} ({raw[first]!r})")
+                            f"not, the first at row {first} ({raw[first].item()!r})")
         raw = numbers.astype(np.int64)
     elif raw.dtype.kind not in "US":
         raise DataError(f"{where}: labels must be integers or names, got dtype {raw.dtype}")
