@@ -119,6 +119,20 @@ def test_npy_with_labels_file_or_label_column(tmp_path):
     assert torch.equal(from_column.y_train, from_npy.y_train)
 
 
+def test_csv_features_with_a_separate_labels_file(tmp_path):
+    """Texas-100's layout: a ``feats`` CSV of features only and a ``labels`` file."""
+    (tmp_path / "feats").write_text("0,1,1\n1,0,0\n1,1,0\n0,0,0\n")
+    (tmp_path / "labels").write_text("4\n2\n4\n3\n")
+    splits = load(data_dir=tmp_path, path="feats", labels_path="labels", test_fraction=0.25)
+    assert splits.class_names == ["2", "3", "4"] and splits.x_train.shape == (3, 3)
+    x, y = all_rows(splits)
+    assert x.tolist() == [[0, 0, 0], [0, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert y.tolist() == [1, 2, 0, 2]
+    (tmp_path / "short").write_text("4\n2\n")
+    with pytest.raises(DataError, match=r"4 feature rows but labels of shape \(2,\)"):
+        load(data_dir=tmp_path, path="feats", labels_path="short")
+
+
 def test_npz_keys_and_image_shaped_arrays(tmp_path):
     x = np.random.default_rng(1).integers(0, 256, (6, 1, 2, 2)).astype(np.uint8)
     y = np.array(["b", "a", "b", "a", "c", "c"])

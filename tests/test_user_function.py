@@ -4,12 +4,14 @@ before any training."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from miaudit.importpath import ImportPathError, import_object
+from miaudit.importpath import ImportPathError, import_object, source_digest
 from miaudit.training.engine import TrainEnv, TrainParams
 from miaudit.training.user_function import UserFunction
 
@@ -123,6 +125,9 @@ def test_module_errors_and_search_paths(tmp_path):
         UserFunction(penalties=[object()], function="fine_user_mod:train")
     with pytest.raises(ValueError, match="needs the option function"):
         UserFunction()
+    assert source_digest(len) == hashlib.sha256(b"").hexdigest()  # no Python source file
+    assert source_digest(recipe.function) == hashlib.sha256(
+        (tmp_path / "fine_user_mod.py").read_bytes()).hexdigest()
 
 
 def test_fingerprint_follows_the_source_and_the_options(tmp_path):

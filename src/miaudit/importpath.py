@@ -9,7 +9,9 @@ attribute, or (:func:`import_callable`) calling it.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -76,3 +78,15 @@ def import_callable(spec: str, *, what: str = "function",
         raise ImportPathError(f"{what} {spec!r} is a {type(target).__name__}, not a function "
                               "or class")
     return target
+
+
+def source_digest(target: Any) -> str:
+    """SHA-256 of the source file that defines ``target`` (a function, class or module):
+    part of the identity of whatever the user's code produces, so an edit to that code is
+    never served from a cache. Empty-file digest for objects without a Python source file."""
+    try:
+        path = inspect.getsourcefile(target)
+        source = Path(path).read_bytes() if path else b""
+    except (OSError, TypeError):
+        source = b""  # a builtin or C extension: its import path must identify it
+    return hashlib.sha256(source).hexdigest()

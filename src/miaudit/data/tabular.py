@@ -6,8 +6,9 @@ a class label and binary features. Any feature matrix with labels loads the same
 
 - CSV (any delimiter; quoted cells; plain, ``.gz``, or one member of a tarball): the label is
   one column (``label_column``, a 0-based index or a header name; default the first), every
-  other column is a numeric feature. A header row is detected when its feature cells are not
-  numbers (``has_header="auto"``).
+  other column is a numeric feature; or every column is a feature and the labels are in
+  ``labels_path`` (Texas-100's ``feats`` and ``labels`` files). A header row is detected
+  when its feature cells are not numbers (``has_header="auto"``).
 - ``.npy``: an (N, ...) numeric feature array; the labels come from ``labels_path`` (an
   ``.npy`` or a text file, one label per line) or from column ``label_column`` of a 2-D array.
 - ``.npz``: arrays ``x_key`` (default ``x``) and ``y_key`` (default ``y``).
@@ -27,7 +28,7 @@ import json
 import tarfile
 import warnings
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ ARRAY_SUFFIXES = (".npy", ".npz")
 class CsvLayout:
     """How the rows of a CSV file are laid out."""
 
-    label_column: int | str = 0
+    label_column: int | str | None = 0  # None: every column is a feature (labels elsewhere)
     has_header: bool | str = "auto"  # True | False | "auto"
     delimiter: str = ","
 
@@ -97,9 +98,10 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def parse_csv(raw: bytes, where: str, layout: CsvLayout) -> tuple[np.ndarray, np.ndarray]:
-    """CSV bytes -> (N x D float32 features, N raw labels), every problem a DataError naming
-    ``where`` and the line and column."""
+def parse_csv(raw: bytes, where: str,
+              layout: CsvLayout) -> tuple[np.ndarray, np.ndarray | None]:
+    """CSV bytes -> (N x D float32 features, N raw labels or None without a label column),
+    every problem a DataError naming ``where`` and the line and column."""
     try:
         text = raw.decode("utf-8-sig").lstrip("\r\n")
     except UnicodeDecodeError as error:
@@ -108,7 +110,8 @@ def parse_csv(raw: bytes, where: str, layout: CsvLayout) -> tuple[np.ndarray, np
     if not first:
         raise DataError(f"{where} is empty")
     header = _has_header(first, layout, where)
-    label = _label_index(first, header, layout.label_column, where)
+    label = (None if layout.label_column is None
+             else _label_index(first, header, layout.label_column, where))
     names = first if header else None
     features = [c for c in range(len(first)) if c != label]
     if not features:
@@ -120,8 +123,10 @@ def parse_csv(raw: bytes, where: str, layout: CsvLayout) -> tuple[np.ndarray, np
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "no data": reported below instead
             table = np.loadtxt(io.StringIO(text), dtype=np.float32, **options)
-    except ValueError:
+    except ValueError as error:
         _diagnose(text, where, layout.delimiter, header, label, names, check_labels=False)
+        if label is None:
+            raise DataError(f"{where}: malformed CSV: {error}") from error
         # the features are sound, so the label column holds names: read the two parts apart
         try:
             x = np.loadtxt(io.StringIO(text), dtype=np.float32, usecols=features, **options)
@@ -132,7 +137,7 @@ def parse_csv(raw: bytes, where: str, layout: CsvLayout) -> tuple[np.ndarray, np
     else:
         if len(table) == 0:
             raise DataError(f"{where} has no data rows")
-        x, y = table[:, features], table[:, label]
+        x, y = table[:, features], None if label is None else table[:, label]
     if not np.isfinite(x).all():
         _diagnose(text, where, layout.delimiter, header, label, names, check_labels=True)
     return np.ascontiguousarray(x), y
@@ -148,7 +153,7 @@ def _has_header(first: list[str], layout: CsvLayout, where: str) -> bool:
         return True
     if layout.has_header != "auto":
         return bool(layout.has_header)
-    label = layout.label_column % len(first)  # an out-of-range index fails later, by name
+    label = None if layout.label_column is None else layout.label_column % len(first)
     # a header when a feature cell of the first row is not a number (labels may be names)
     return any(not _is_number(cell) for c, cell in enumerate(first) if c != label)
 
@@ -167,7 +172,7 @@ def _label_index(first: list[str], header: bool, column: int | str, where: str) 
     return column % len(first)
 
 
-def _diagnose(text: str, where: str, delimiter: str, header: bool, label: int,
+def _diagnose(text: str, where: str, delimiter: str, header: bool, label: int | None,
               names: list[str] | None, check_labels: bool) -> None:
     """Find the first ragged row or bad feature cell and raise a DataError naming its line
     and column; return quietly when every feature cell is a finite number. Only run after
@@ -333,18 +338,17 @@ def _read_part(path: Path, member: str | None, labels_path: Path | None,
     where = f"{path}:{member}" if member else str(path)
     raw = read_source(path, member)
     kind = _format(path if member is None else Path(member))
-    if kind == "csv":
-        if labels_path is not None:
-            raise ValueError("labels_path is for .npy/.npz features; a CSV file holds its "
-                             "labels in label_column")
-        return parse_csv(raw, where, layout)
-    x = load_array(raw, where, x_key if kind == "npz" else None)
+    if kind == "csv":  # with labels_path (Texas-100's feats + labels), no label column
+        columns = layout if labels_path is None else replace(layout, label_column=None)
+        x, y = parse_csv(raw, where, columns)
+    else:
+        x = load_array(raw, where, x_key if kind == "npz" else None)
     if labels_path is not None:
         y = read_labels(labels_path)
         where = f"{where} with labels {labels_path}"
     elif kind == "npz" and not label_given and y_key in _npz_names(raw):
         y = load_array(raw, where, y_key)
-    else:
+    elif kind != "csv":
         x, y = _split_label_column(x, layout.label_column, where)
     x = check_features(x, where)
     if y.ndim != 1 or len(y) != len(x):

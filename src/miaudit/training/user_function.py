@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from miaudit.importpath import ImportPathError, import_callable
+from miaudit.importpath import ImportPathError, import_callable, source_digest
 from miaudit.registry import RECIPES
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams
 
@@ -95,13 +95,9 @@ class UserFunction(Recipe):
     def fingerprint(self) -> str:
         """Hash of the import path, the options and the source file of the function: part of
         the identity of models this recipe trains, so editing the function retrains them."""
-        try:
-            source = Path(inspect.getsourcefile(self.function) or "").read_bytes()
-        except (OSError, TypeError):
-            source = b""  # a builtin or C extension: its import path must do
-        text = json.dumps({"function": self.spec, "options": self.options}, sort_keys=True,
-                          default=str)
-        return hashlib.sha256(text.encode() + b"\0" + source).hexdigest()
+        text = json.dumps({"function": self.spec, "options": self.options,
+                           "source": source_digest(self.function)}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_signature(function: Any, spec: str, options: dict[str, Any]) -> bool:
