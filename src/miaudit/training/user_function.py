@@ -44,8 +44,9 @@ from miaudit.training.engine import Recipe, TrainEnv, TrainParams
 
 @RECIPES.register("user_function")
 class UserFunction(Recipe):
-    """Your own training function, named by import path: train(model, dataset, *, seed,
-    device, **options) -> model."""
+    """Your own training function, named by import path (option function).
+
+    Called as ``train(model, dataset, *, seed, device, **options) -> model``."""
 
     def __init__(self, penalties: Sequence[Any] = (), function: str | None = None,
                  options: dict[str, Any] | None = None,
