@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from miaudit.data import DataError, cifar, imagefolder
+from miaudit.data import DataError, DataSplits, cifar, imagefolder
 from miaudit.data import cache as cache_module
 from miaudit.registry import DATASETS
 
@@ -142,7 +142,7 @@ def location_rows(n: int = 12) -> list[tuple[int, list[int]]]:
 # --- CIFAR ---------------------------------------------------------------------------------
 
 def test_loaders_are_registered():
-    for name in ("cifar10", "cifar100", "imagefolder", "location30"):
+    for name in ("cifar10", "cifar100", "imagefolder", "location30", "tabular"):
         assert name in DATASETS
 
 
@@ -356,22 +356,51 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path, private_cache, caplog, damage)
 
 def test_cache_directory_choice(tmp_path, monkeypatch):
     monkeypatch.delenv("MIAUDIT_CACHE_DIR")
-    data = tmp_path / "data"
-    data.mkdir()
-    assert cache_module.cache_dir(data) == data / ".miaudit-cache"
-    blocked = tmp_path / "a-file"  # cannot hold a sub-directory: the user cache is used
-    blocked.write_text("")
-    assert cache_module.cache_dir(blocked) == tmp_path / "xdg" / "miaudit"
-    shared = tmp_path / "shared"  # marked read-only: never written, even by root
-    shared.mkdir()
-    shared.chmod(0o555)
-    try:
-        assert cache_module.cache_dir(shared) == tmp_path / "xdg" / "miaudit"
-        assert not (shared / ".miaudit-cache").exists()
-    finally:
-        shared.chmod(0o755)
+    assert cache_module.cache_dir() == tmp_path / "xdg" / "miaudit"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # invalid per the XDG spec: ignored
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(cache_module.sys, "platform", "linux")
+    assert cache_module._fallback_cache_root() == tmp_path / "home" / ".cache" / "miaudit"
     monkeypatch.setenv("MIAUDIT_CACHE_DIR", str(tmp_path / "elsewhere"))
-    assert cache_module.cache_dir(data) == tmp_path / "elsewhere"
+    assert cache_module.cache_dir() == tmp_path / "elsewhere"
+
+
+def test_loading_never_writes_into_the_data_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("MIAUDIT_CACHE_DIR")
+    data = tmp_path / "data"
+    write_cifar10(data)
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    DATASETS.build("cifar10", data_dir=data)
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
+    assert len(entries(tmp_path / "xdg" / "miaudit")) == 1
+
+
+def test_data_digest_sees_every_part_of_the_data():
+    def splits(**change):
+        parts = {"x_train": torch.zeros(4, 3), "y_train": torch.tensor([0, 1, 0, 1]),
+                 "x_test": torch.ones(2, 3), "y_test": torch.tensor([1, 0]),
+                 "num_classes": 2, "class_names": ["a", "b"]}
+        return DataSplits(**{**parts, **change})
+
+    base = cache_module.data_digest(splits())
+    assert base == cache_module.data_digest(splits())  # deterministic
+    changed = [
+        {"x_train": torch.zeros(4, 3).index_fill_(1, torch.tensor([2]), 1e-7)},
+        {"y_train": torch.tensor([0, 1, 1, 1])},
+        {"x_test": torch.ones(2, 3) * 0.5},
+        {"y_test": torch.tensor([0, 1])},
+        {"class_names": ["a", "c"]},
+        {"num_classes": 3},
+        {"x_train": torch.zeros(4, 3, 1)},  # same bytes, another shape
+        {"x_train": torch.zeros(2, 3), "y_train": torch.tensor([0, 1]),  # moved between parts
+         "x_test": torch.cat([torch.zeros(2, 3), torch.ones(2, 3)]),
+         "y_test": torch.tensor([0, 1, 1, 0])},
+    ]
+    digests = {cache_module.data_digest(splits(**c)) for c in changed}
+    assert base not in digests and len(digests) == len(changed)
+    strided = torch.arange(12.0).reshape(3, 4).t()  # a non-contiguous view hashes as its values
+    assert (cache_module.data_digest(splits(x_train=strided))
+            == cache_module.data_digest(splits(x_train=strided.contiguous())))
 
 
 def test_cache_write_is_atomic_and_leaves_no_temporaries(tmp_path, private_cache):
@@ -379,10 +408,10 @@ def test_cache_write_is_atomic_and_leaves_no_temporaries(tmp_path, private_cache
     source = tmp_path / "src.bin"
     source.write_bytes(b"1")
     got, meta = cache_module.cached("demo", root=tmp_path, files=[source], options={"a": 1},
-                                    build=lambda: (arrays, {"k": "v"}), data_dir=None)
+                                    build=lambda: (arrays, {"k": "v"}))
     assert [p.name for p in private_cache.iterdir()] == [entries(private_cache)[0].name]
     again, meta2 = cache_module.cached("demo", root=tmp_path, files=[source], options={"a": 1},
-                                       build=lambda: 1 / 0, data_dir=None)
+                                       build=lambda: 1 / 0)
     assert meta2 == {"k": "v"} and np.array_equal(again["y"], arrays["y"])
     assert again["x"].dtype == np.uint8  # stored small, converted to float only on use
     # a killed writer's old temporary goes at the next write; a fresh (live) one stays
@@ -394,7 +423,7 @@ def test_cache_write_is_atomic_and_leaves_no_temporaries(tmp_path, private_cache
     os.utime(dead, (0, 0))
     source.write_bytes(b"22")  # the source changed: rebuilt, the stale entry replaced
     cache_module.cached("demo", root=tmp_path, files=[source], options={"a": 1},
-                        build=lambda: (arrays, {}), data_dir=None)
+                        build=lambda: (arrays, {}))
     (new,) = entries(private_cache)
     assert new != entry and not dead.exists() and live.exists()
 

@@ -1,8 +1,9 @@
 """Decoded-data cache: a loader's decoded arrays are saved once and reloaded on later runs.
 
 Entries are safetensors files (never pickle) in a cache directory: ``$MIAUDIT_CACHE_DIR`` if set,
-else ``<data_dir>/.miaudit-cache`` when that can be written (a folder without write permission
-bits counts as read-only, even for root), else ``~/.cache/miaudit``.
+else the user's platform cache directory (``$XDG_CACHE_HOME/miaudit``, default
+``~/.cache/miaudit``, on Linux). Nothing is ever written into the user's data folder: it may be
+shared, read-only, or under version control.
 
 An entry's file name is ``<kind>-<identity>-<content>.safetensors``: ``identity`` hashes what was
 asked for (loader kind, source location, options), ``content`` hashes the state of every source
@@ -18,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -27,14 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from miaudit.data._base import DataError
+from miaudit.data._base import DataError, DataSplits
 
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1  # bump when the layout of entries changes: old entries are then ignored
 ENV_CACHE_DIR = "MIAUDIT_CACHE_DIR"
 ENV_DATA_DIR = "MIAUDIT_DATA_DIR"
-CACHE_SUBDIR = ".miaudit-cache"
+APP_NAME = "miaudit"
 _DIGEST_KEY = "miaudit_digest"
 _TEMPORARY_LIFETIME_S = 3600.0
 
@@ -52,9 +54,26 @@ def as_path(value: Any, name: str = "data_dir") -> Path | None:
 
 
 def user_cache_root() -> Path:
-    """``$XDG_CACHE_HOME/miaudit`` or ``~/.cache/miaudit``."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "miaudit"
+    """The platform's per-user cache directory for miaudit: ``platformdirs`` when it is
+    installed, else the same rules written out (XDG on Linux and other Unixes, ``~/Library/
+    Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows); a dependency is not worth three rules."""
+    try:
+        from platformdirs import user_cache_dir
+    except ImportError:
+        return _fallback_cache_root()
+    return Path(user_cache_dir(APP_NAME, appauthor=False))
+
+
+def _fallback_cache_root() -> Path:
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local"
+        return Path(base) / APP_NAME / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / APP_NAME
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    # the XDG spec says a relative $XDG_CACHE_HOME is invalid and must be ignored
+    root = Path(base).expanduser() if os.path.isabs(os.path.expanduser(base)) else None
+    return (root or Path.home() / ".cache") / APP_NAME
 
 
 def resolve_data_dir(data_dir: Any) -> Path:
@@ -67,30 +86,10 @@ def resolve_data_dir(data_dir: Any) -> Path:
     return Path(env).expanduser() if env else user_cache_root() / "data"
 
 
-def cache_dir(data_dir: Path | None) -> Path:
-    """Where entries for data in ``data_dir`` live (see the module docstring)."""
+def cache_dir() -> Path:
+    """Where cache entries live: ``$MIAUDIT_CACHE_DIR``, else :func:`user_cache_root`."""
     env = os.environ.get(ENV_CACHE_DIR)
-    if env:
-        return Path(env).expanduser()
-    if data_dir is not None and _can_write(Path(data_dir) / CACHE_SUBDIR):
-        return Path(data_dir) / CACHE_SUBDIR
-    return user_cache_root()
-
-
-def _can_write(directory: Path) -> bool:
-    """Whether ``directory`` may be used: it (or its parent, if absent) must carry a write
-    permission bit, which root would otherwise ignore in a folder shared read-only, and a real
-    file must be creatable there (os.access does not see every read-only mount)."""
-    existing = directory if directory.is_dir() else directory.parent
-    try:
-        if not existing.is_dir() or not existing.stat().st_mode & 0o222:
-            return False
-        directory.mkdir(exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError:
-        return False
-    return True
+    return Path(env).expanduser() if env else user_cache_root()
 
 
 def source_digest(root: Path, files: Iterable[Path]) -> str:
@@ -124,14 +123,28 @@ def arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def data_digest(splits: DataSplits) -> str:
+    """SHA-256 of a loaded data set: bytes, dtypes and shapes of its four tensors, its class
+    count and class names. Part of every trained model's identity, so a model is never reused
+    for data that changed (ML Privacy Meter keys its cache by name only and silently does)."""
+    digest = hashlib.sha256()
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        tensor = getattr(splits, name).detach().cpu().contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\n".encode())
+        # a uint8 view of the storage: any dtype (bfloat16 too) hashes without a copy
+        digest.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+    digest.update(json.dumps({"num_classes": splits.num_classes,
+                              "class_names": list(splits.class_names)}).encode())
+    return digest.hexdigest()
+
+
 def cached(kind: str, *, root: Path, files: Iterable[Path], options: Mapping[str, Any],
-           build: Callable[[], tuple[Arrays, Meta]], data_dir: Path | None,
-           enabled: bool = True) -> tuple[Arrays, Meta]:
+           build: Callable[[], tuple[Arrays, Meta]], enabled: bool = True) -> tuple[Arrays, Meta]:
     """Return ``build()``'s arrays and string metadata, from the cache when a valid entry for
     this exact source state exists, else building and saving them (a failed save only warns)."""
     if not enabled:
         return build()
-    directory = cache_dir(data_dir)
+    directory = cache_dir()
     prefix = f"{kind}-{_identity(kind, root, options)}-"
     path = directory / f"{prefix}{source_digest(root, files)[:16]}.safetensors"
     if path.exists():

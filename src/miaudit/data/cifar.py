@@ -290,8 +290,7 @@ def load_cifar(archive: Archive, *, data_dir: Any, labels: str, limit_per_class:
         if not file.is_file():
             raise DataError(f"expected the file {file} of the official {archive.name} archive")
     arrays, meta = cached(f"{archive.name}-{kind}", root=path, files=files, options={},
-                          build=lambda: _decode(archive, kind, path), data_dir=root,
-                          enabled=cache)
+                          build=lambda: _decode(archive, kind, path), enabled=cache)
     parts = {}
     for split in ("train", "test"):
         parts[f"x_{split}"], parts[f"y_{split}"] = _limit(

@@ -172,7 +172,7 @@ def read_image_folder(root: Path, *, classes: Sequence[str], color: str,
     options = {"classes": list(classes), "color": color, "size": size,
                "limit_per_class": limit_per_class}
     arrays, _ = cached(kind, root=root, files=files, options=options, build=build,
-                       data_dir=root, enabled=cache)
+                       enabled=cache)
     return arrays
 
 

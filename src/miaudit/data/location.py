@@ -89,7 +89,7 @@ def load_location30(*, data_dir: str | Path | None = None, test_fraction: float 
         return {"x": x, "y": y}, {}
 
     arrays, _ = cached("location30", root=path, files=[path], options={}, build=build,
-                       data_dir=root, enabled=cache)
+                       enabled=cache)
     x, y = to_float(arrays["x"], scale=1), torch.from_numpy(arrays["y"]).long()
     order = torch.from_numpy(np.random.default_rng(seed).permutation(len(y)))
     n_test = int(round(test_fraction * len(y)))

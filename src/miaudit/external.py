@@ -1,0 +1,419 @@
+"""Outputs of models trained elsewhere, read for scoring: the keep matrix, logits and labels.
+
+An audit needs, for M models and N samples, ``keep`` (M, N) bool (model m trained on sample
+i), ``logits`` (M, N, Q, C) (Q query augmentations, C classes) and ``labels`` (N,). They are
+read from
+
+- three array files (:func:`read_outputs`): ``.npy``, ``.npz`` or ``.safetensors``, each either
+  stacked over models or a list of per-model files (keep (N,), logits (N, Q, C) or (N, C));
+- one bundle (:func:`read_bundle`): a ``.safetensors`` / ``.npz`` file with arrays ``keep``,
+  ``logits``, ``labels`` (a ``.safetensors`` may name its queries in the metadata entry
+  ``query_names``, a JSON list);
+- the experiment folder of the official LiRA code (Carlini et al. 2022, "Membership inference
+  attacks from first principles", github.com/tensorflow/privacy research/mi_lira_2021)
+  (:func:`read_lira_experiment`): ``<root>/y_train.npy`` and one folder per model holding
+  ``keep.npy`` (N,) and ``logits/<epoch>.npy`` of shape (N, 1, Q, C), as train.py and
+  inference.py write them, or ``logits.npy`` of shape (N, Q, C) as common PyTorch ports do.
+
+Every problem raises :class:`ExternalOutputsError` naming the file and the fix. Arrays are never
+unpickled (``allow_pickle=False``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+BALANCE_POLICIES = ("error", "warn", "ignore")
+SUFFIXES = (".npy", ".npz", ".safetensors")
+Source = str | Path
+Sources = Source | Sequence[Source]
+
+
+class ExternalOutputsError(ValueError):
+    """Malformed external outputs; the message names the file, the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class ExternalOutputs:
+    """Validated outputs of M models on N samples: keep (M, N) bool, logits (M, N, Q, C)
+    float32, labels (N,) int64 in 0..C-1, the Q query names and the M model names."""
+
+    keep: np.ndarray
+    logits: np.ndarray
+    labels: np.ndarray
+    query_names: list[str]
+    model_names: list[str]
+
+    @property
+    def num_models(self) -> int:
+        return self.keep.shape[0]
+
+    @property
+    def num_samples(self) -> int:
+        return self.keep.shape[1]
+
+    @property
+    def num_classes(self) -> int:
+        return self.logits.shape[-1]
+
+    def attack_input(self, population: np.ndarray | None = None) -> Any:
+        """These outputs as the attacks' :class:`~miaudit.attacks._base.AttackInput`."""
+        from miaudit.attacks._base import AttackInput
+
+        extra = {} if population is None else {"population": np.asarray(population, np.int64)}
+        return AttackInput(logits=self.logits, labels=self.labels, keep=self.keep,
+                           query_names=list(self.query_names), **extra)
+
+
+# -- reading arrays ----------------------------------------------------------------------------
+
+def load_array(path: Source, key: str | None = None) -> np.ndarray:
+    """One array from ``.npy``, or array ``key`` (or the only array) of ``.npz`` /
+    ``.safetensors``."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ExternalOutputsError(f"{path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ExternalOutputsError(f"{path}: unsupported file type {suffix!r}; save the array "
+                                   f"as one of {', '.join(SUFFIXES)}")
+    try:
+        arrays = _read_arrays(path, suffix)
+    except ExternalOutputsError:
+        raise
+    except Exception as error:  # numpy / safetensors raise many types for damaged files
+        raise ExternalOutputsError(f"{path} is not a readable {suffix} file: {error}") from error
+    if isinstance(arrays, np.ndarray):
+        return arrays
+    if key is None and len(arrays) == 1:
+        return next(iter(arrays.values()))
+    if key not in arrays:
+        raise ExternalOutputsError(f"{path} has no array {key!r} (arrays: {sorted(arrays)})")
+    return arrays[key]
+
+
+def _read_arrays(path: Path, suffix: str) -> np.ndarray | dict[str, np.ndarray]:
+    if suffix == ".safetensors":
+        from safetensors.numpy import load_file
+
+        return load_file(str(path))
+    with open(path, "rb") as stream:
+        magic = stream.read(6)
+    # without this check np.load takes any other bytes for a pickle and says so, misleadingly
+    if not magic.startswith((b"\x93NUMPY", b"PK\x03\x04")):
+        raise ExternalOutputsError(f"{path} is not a {suffix} file (no NumPy header); write it "
+                                   "with np.save / np.savez")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):
+            return loaded
+        with loaded:
+            return {name: loaded[name] for name in loaded.files}
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise ExternalOutputsError(
+                f"{path} holds Python objects (a pickled array), which are never loaded: "
+                "unpickling runs code. Save plain arrays, e.g. np.save(path, "
+                "np.asarray(logits, dtype=np.float32))") from error
+        raise
+
+
+def _safetensors_query_names(path: Path) -> list[str] | None:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as handle:
+        raw = (handle.metadata() or {}).get("query_names")
+    return None if raw is None else [str(name) for name in json.loads(raw)]
+
+
+# -- per-model and stacked arrays --------------------------------------------------------------
+
+def _is_many(sources: Sources) -> bool:
+    return not isinstance(sources, (str, Path))
+
+
+def _model_logits(array: np.ndarray, where: str) -> np.ndarray:
+    """One model's logits as (N, Q, C): from (N, C), (N, Q, C) or the official (N, 1, Q, C)."""
+    if array.ndim == 2:
+        return array[:, None, :]
+    if array.ndim == 3:
+        return array
+    if array.ndim == 4 and array.shape[1] == 1:
+        return array[:, 0]
+    raise ExternalOutputsError(f"{where}: one model's logits must be (N, C), (N, Q, C) or "
+                               f"(N, 1, Q, C), got shape {array.shape}")
+
+
+def _stacked_logits(array: np.ndarray, where: str) -> np.ndarray:
+    """All models' logits as (M, N, Q, C): from (M, N, C), (M, N, Q, C) or (M, N, 1, Q, C)."""
+    if array.ndim == 3:
+        return array[:, :, None, :]
+    if array.ndim == 4:
+        return array
+    if array.ndim == 5 and array.shape[2] == 1:
+        return array[:, :, 0]
+    raise ExternalOutputsError(f"{where}: stacked logits must be (M, N, C) or (M, N, Q, C), "
+                               f"got shape {array.shape}")
+
+
+def _stack(arrays: list[np.ndarray], names: list[str], what: str) -> np.ndarray:
+    for array, name in zip(arrays, names):
+        if array.shape != arrays[0].shape:
+            raise ExternalOutputsError(f"{name}: {what} of shape {array.shape}, but {names[0]} "
+                                       f"has {arrays[0].shape}; every model needs the same "
+                                       "samples, queries and classes")
+    return np.stack(arrays)
+
+
+def read_keep(sources: Sources) -> tuple[np.ndarray, str]:
+    """(M, N) keep from one stacked file or a list of per-model (N,) files."""
+    if not _is_many(sources):
+        return load_array(sources, "keep"), str(sources)
+    names = [str(s) for s in sources]
+    rows = []
+    for source in sources:
+        row = load_array(source, "keep")
+        if row.ndim != 1:
+            raise ExternalOutputsError(f"{source}: one model's keep must be (N,), got "
+                                       f"shape {row.shape}")
+        rows.append(row)
+    return _stack(rows, names, "keep"), names[0] if len(names) == 1 else f"{names[0]}, ..."
+
+
+def read_logits(sources: Sources) -> tuple[np.ndarray, str]:
+    """(M, N, Q, C) logits from one stacked file or a list of per-model files."""
+    if not _is_many(sources):
+        return _stacked_logits(load_array(sources, "logits"), str(sources)), str(sources)
+    names = [str(s) for s in sources]
+    per_model = [_model_logits(load_array(s, "logits"), str(s)) for s in sources]
+    return _stack(per_model, names, "logits"), names[0] if len(names) == 1 else f"{names[0]}, ..."
+
+
+# -- validation --------------------------------------------------------------------------------
+
+def as_bool_keep(keep: np.ndarray, where: str) -> np.ndarray:
+    """Bool keep; integer or float 0/1 accepted."""
+    if keep.dtype == np.bool_:
+        return keep
+    if keep.dtype.kind not in "biuf":
+        raise ExternalOutputsError(f"{where}: keep must be boolean, got dtype {keep.dtype}")
+    bad = (keep != 0) & (keep != 1)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ExternalOutputsError(
+            f"{where}: keep must be boolean (True/False or 0/1); {int(bad.sum())} entries are "
+            f"not, the first {keep[first].item()!r} at index {first}")
+    return keep == 1
+
+
+def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *,
+                     sources: dict[str, str], query_names: Sequence[str] | None = None,
+                     model_names: Sequence[str] | None = None, balance: str = "warn",
+                     population: np.ndarray | None = None) -> ExternalOutputs:
+    """Check and convert raw arrays (keep (M, N), logits (M, N, Q, C), labels (N,)); each
+    problem raises :class:`ExternalOutputsError` naming ``sources[...]`` of the array.
+
+    ``balance``: what to do when a sample is IN for every model or for none ("error",
+    "warn", "ignore"); LiRA and RMIA fit IN and OUT distributions per sample, and a target's
+    score needs reference models of the other kind. ``population`` samples (never trained
+    on) are exempt from the "none" check."""
+    if balance not in BALANCE_POLICIES:
+        raise ValueError(f"balance must be one of {BALANCE_POLICIES}, got {balance!r}")
+    keep = as_bool_keep(np.asarray(keep), sources["keep"])
+    if keep.ndim != 2:
+        raise ExternalOutputsError(f"{sources['keep']}: keep must be (models, samples), got "
+                                   f"shape {keep.shape}")
+    if keep.shape[0] < 2:
+        raise ExternalOutputsError(
+            f"{sources['keep']}: {keep.shape[0]} model; an audit needs at least 2 (a target "
+            "and a reference), and LiRA/RMIA need dozens: supply the outputs of more models")
+    if logits.ndim != 4 or logits.shape[:2] != keep.shape:
+        raise ExternalOutputsError(
+            f"logits {sources['logits']} of shape {logits.shape} do not match keep "
+            f"{sources['keep']} of shape {keep.shape}: logits need (models, samples, queries, "
+            "classes) with the models and samples of keep, in the same order")
+    labels = np.asarray(labels)
+    if labels.shape != (keep.shape[1],):
+        raise ExternalOutputsError(
+            f"labels {sources['labels']} of shape {labels.shape} do not match the "
+            f"{keep.shape[1]} samples of keep {sources['keep']} {keep.shape}")
+    logits = _finite_logits(logits, sources["logits"])
+    labels = _class_labels(labels, logits.shape[-1], sources["labels"])
+    _check_balance(keep, balance, sources["keep"], population)
+    queries = _query_names(query_names, logits.shape[2], sources["logits"])
+    models = list(model_names) if model_names is not None else [
+        f"model{m}" for m in range(keep.shape[0])]
+    return ExternalOutputs(keep=keep, logits=logits, labels=labels, query_names=queries,
+                           model_names=models)
+
+
+def _finite_logits(logits: np.ndarray, where: str) -> np.ndarray:
+    if logits.dtype.kind not in "biuf":
+        raise ExternalOutputsError(f"{where}: logits must be numbers, got dtype {logits.dtype}")
+    if logits.shape[-1] < 2:
+        raise ExternalOutputsError(f"{where}: logits have {logits.shape[-1]} class(es); a "
+                                   "classifier's outputs need at least 2")
+    with np.errstate(over="ignore"):  # an overflow becomes inf, reported just below
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+    bad = ~np.isfinite(logits)
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ExternalOutputsError(
+            f"{where}: {int(bad.sum())} logits are NaN or infinite (after conversion to "
+            f"float32), the first at (model, sample, query, class) {first}; re-export "
+            "finite raw logits (not log-probabilities of 0)")
+    return logits
+
+
+def _class_labels(labels: np.ndarray, classes: int, where: str) -> np.ndarray:
+    if labels.dtype.kind not in "biuf":
+        raise ExternalOutputsError(f"{where}: labels must be class indices, got dtype "
+                                   f"{labels.dtype}")
+    as_int = labels.astype(np.int64)
+    bad = (as_int != labels) | (as_int < 0) | (as_int >= classes)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise ExternalOutputsError(
+            f"{where}: labels must be class indices 0..{classes - 1} (the logits have "
+            f"{classes} classes); {int(bad.sum())} are not, the first {labels[first].item()!r} at "
+            f"sample {first}")
+    return as_int
+
+
+def _check_balance(keep: np.ndarray, policy: str, where: str,
+                   population: np.ndarray | None) -> None:
+    if policy == "ignore":
+        return
+    count = keep.sum(axis=0)
+    always, never = count == keep.shape[0], count == 0
+    if population is not None:
+        never[np.asarray(population, dtype=np.int64)] = False
+    if not (always.any() or never.any()):
+        return
+    first = int(np.flatnonzero(always | never)[0])
+    message = (f"{where}: {int(always.sum())} samples are IN for every model and "
+               f"{int(never.sum())} are IN for none (the first: sample {first}); attacks need "
+               "models of both kinds for each sample. Train more models with a balanced keep "
+               "matrix (each sample IN for about half), or drop these samples")
+    if policy == "error":
+        raise ExternalOutputsError(message)
+    log.warning(message)
+
+
+def _query_names(names: Sequence[str] | None, count: int, where: str) -> list[str]:
+    if names is None:
+        return ["identity"] if count == 1 else [f"query{q}" for q in range(count)]
+    names = [str(name) for name in names]
+    if len(names) != count:
+        raise ExternalOutputsError(f"{where}: {count} queries in the logits but "
+                                   f"{len(names)} query names {names}")
+    return names
+
+
+# -- the three layouts -------------------------------------------------------------------------
+
+def read_outputs(keep: Sources, logits: Sources, labels: Source, *,
+                 query_names: Sequence[str] | None = None, balance: str = "warn",
+                 population: np.ndarray | None = None) -> ExternalOutputs:
+    """Outputs from separate files; ``keep`` and ``logits`` are each one stacked file or a
+    list of per-model files (model order = list order)."""
+    keep_array, keep_name = read_keep(keep)
+    logits_array, logits_name = read_logits(logits)
+    models = [Path(s).stem for s in logits] if _is_many(logits) else None
+    return validate_outputs(keep_array, logits_array, load_array(labels, "labels"),
+                            sources={"keep": keep_name, "logits": logits_name,
+                                     "labels": str(labels)},
+                            query_names=query_names, model_names=models, balance=balance,
+                            population=population)
+
+
+def read_bundle(path: Source, *, query_names: Sequence[str] | None = None,
+                balance: str = "warn", population: np.ndarray | None = None
+                ) -> ExternalOutputs:
+    """Outputs from one ``.safetensors`` or ``.npz`` file with arrays keep, logits, labels."""
+    path = Path(path).expanduser()
+    arrays = {key: load_array(path, key) for key in ("keep", "logits", "labels")}
+    if query_names is None and path.suffix == ".safetensors":
+        query_names = _safetensors_query_names(path)
+    where = str(path)
+    return validate_outputs(arrays["keep"], _stacked_logits(arrays["logits"], where),
+                            arrays["labels"], sources=dict.fromkeys(arrays, where),
+                            query_names=query_names, balance=balance, population=population)
+
+
+def _natural_key(name: str) -> list[Any]:
+    """"experiment-2_16" before "experiment-10_16": digits compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def lira_model_dirs(root: Path) -> list[Path]:
+    """The model folders of a LiRA experiment: sub-folders holding keep.npy, natural order."""
+    if not root.is_dir():
+        raise ExternalOutputsError(f"{root} is not a folder")
+    found = [p for p in root.iterdir() if p.is_dir() and (p / "keep.npy").is_file()]
+    if not found:
+        raise ExternalOutputsError(f"{root} has no model folders (sub-folders with keep.npy); "
+                                   "expected the layout of the LiRA code: <root>/<model>/"
+                                   "keep.npy and <root>/<model>/logits/<epoch>.npy")
+    return sorted(found, key=lambda p: _natural_key(p.name))
+
+
+def lira_logits_file(model_dir: Path, epoch: int | None) -> Path:
+    """``logits/<epoch>.npy`` (the latest epoch unless given), else ``logits.npy``."""
+    folder = model_dir / "logits"
+    if folder.is_dir():
+        if epoch is not None:
+            path = folder / f"{epoch:010d}.npy"
+            if not path.is_file():
+                have = sorted(p.name for p in folder.glob("*.npy"))
+                raise ExternalOutputsError(f"{path} does not exist (epochs there: {have})")
+            return path
+        files = sorted(folder.glob("*.npy"), key=lambda p: _natural_key(p.name))
+        if files:
+            return files[-1]
+    if (model_dir / "logits.npy").is_file():
+        return model_dir / "logits.npy"
+    raise ExternalOutputsError(f"{model_dir} has no logits: expected logits/<epoch>.npy (run "
+                               "the LiRA inference.py) or logits.npy")
+
+
+def read_lira_experiment(root: Source, *, labels: Source | None = None,
+                         epoch: int | None = None, query_names: Sequence[str] | None = None,
+                         balance: str = "warn", population: np.ndarray | None = None
+                         ) -> ExternalOutputs:
+    """Outputs from an experiment folder of the official LiRA code (see the module
+    docstring). ``labels`` defaults to ``<root>/y_train.npy``; like the official score.py it
+    may be longer than the N samples the models were queried on (the first N are used)."""
+    root = Path(root).expanduser()
+    dirs = lira_model_dirs(root)
+    labels_path = Path(labels).expanduser() if labels is not None else root / "y_train.npy"
+    if not labels_path.is_file():
+        raise ExternalOutputsError(f"{labels_path} does not exist; pass labels= (an .npy of "
+                                   "the N class indices)")
+    keep, keep_name = read_keep([d / "keep.npy" for d in dirs])
+    logits, logits_name = read_logits([lira_logits_file(d, epoch) for d in dirs])
+    label_array = load_array(labels_path, "labels")
+    if label_array.ndim == 1 and len(label_array) > keep.shape[1]:
+        label_array = label_array[: keep.shape[1]]  # the official dataset_size truncation
+    return validate_outputs(keep, logits, label_array,
+                            sources={"keep": keep_name, "logits": logits_name,
+                                     "labels": str(labels_path)},
+                            query_names=query_names, model_names=[d.name for d in dirs],
+                            balance=balance, population=population)
+
+
+def read_any(path: Source, **options: Any) -> ExternalOutputs:
+    """A folder is read as a LiRA experiment, a file as a bundle."""
+    path = Path(path).expanduser()
+    return read_lira_experiment(path, **options) if path.is_dir() else read_bundle(path,
+                                                                                   **options)
