@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from miaudit.errors import RunDirError, RunLockedError
-from miaudit.io import atomic_write, read_array, read_json, read_tensors, sweep_temporaries, write_array
+from miaudit.io import (
+    atomic_write,
+    read_array,
+    read_json,
+    read_tensors,
+    sweep_temporaries,
+    write_array,
+)
 from miaudit.rundir import LAYOUT, ModelCache, RunDir, scores_name
 
 

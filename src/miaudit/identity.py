@@ -49,9 +49,10 @@ def run_identity(*, data: dict[str, Any], seed: int, protocol: str, model: dict[
 
 def model_identity(*, data: dict[str, Any], model: dict[str, Any], train: dict[str, Any],
                    model_seed: int, membership: np.ndarray, holdout: np.ndarray,
-                   device_kind: str) -> str:
+                   device_kind: str, code: list[str] = ()) -> str:
     return text_digest({
         "version": IDENTITY_VERSION, "data": data, "model": model, "train": train,
+        "code": list(code),
         "model_seed": model_seed, "device": device_kind,
         "membership": hashlib.sha256(np.packbits(membership).tobytes()).hexdigest(),
         "holdout": hashlib.sha256(np.asarray(holdout, dtype=np.int64).tobytes()).hexdigest(),

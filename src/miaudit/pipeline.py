@@ -187,12 +187,25 @@ def plan_audit(cfg: AuditConfig) -> Audit:
         seed = model_seed(cfg.seed, index)
         identity = ids.model_identity(
             data=data, model=_dump(model_cfg), train=_dump(train_cfg), model_seed=seed,
-            membership=plan.keep[index], holdout=split.holdout, device_kind=device.type)
+            membership=plan.keep[index], holdout=split.holdout, device_kind=device.type,
+            code=code_digests(cfg.data.name, model_cfg, train_cfg))
         jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in jobs}.values():
         build_architecture(model_cfg, train_cfg, pool)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
+    """Digests of the user's own code that a model depends on (components named by import
+    path, a user training function): editing that code retrains the model."""
+    from miaudit.importpath import source_digest
+    from miaudit.registry import MODELS
+
+    digests = [source_digest(registry.get(name)) for registry, name in
+               ((DATASETS, data_name), (MODELS, model_cfg.name)) if ":" in name]
+    fingerprint = getattr(build_recipe(train_cfg), "fingerprint", None)
+    return digests + ([fingerprint] if fingerprint else [])
 
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:
@@ -246,7 +259,8 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         fetched = [job for job in todo if fetch_model(cache, run, job)]
         todo = [job for job in todo if job not in fetched]
         if fetched:
-            console.print(f"reused {len(fetched)} identical model(s) from {escape(str(cache.root))}")
+            console.print(f"reused {len(fetched)} identical model(s) from "
+                          f"{escape(str(cache.root))}")
     done = len(planned.jobs) - len(todo)
     if done and todo:
         console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"

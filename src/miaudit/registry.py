@@ -120,23 +120,13 @@ class Registry(Generic[T]):
 
 
 def _import_path(path: str, kind: str) -> Any:
-    """'package.module:attribute' -> the attribute, with one clear error per failure."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise UnknownNameError(f"{kind} {path!r}: an import path is 'package.module:name'")
+    """'package.module:attribute' -> the callable, with one clear error per failing step."""
+    from miaudit.importpath import ImportPathError, import_callable
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise UnknownNameError(f"{kind} {path!r}: cannot import {module_name!r} ({error}); is "
-                               "it installed or on PYTHONPATH?") from None
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise UnknownNameError(f"{kind} {path!r}: module {module_name!r} has no {part!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise UnknownNameError(f"{kind} {path!r} is not callable")
-    return target
+        return import_callable(path, what=kind)
+    except ImportPathError as error:
+        raise UnknownNameError(str(error)) from None
 
 
 _entry_points_loaded = False
@@ -167,7 +157,7 @@ def _modules(package: str, table: dict[str, str]) -> dict[str, str]:
 
 DATASETS: Registry = Registry("dataset", _modules("data", {
     "cifar10": "cifar", "cifar100": "cifar", "digits": "digits", "imagefolder": "imagefolder",
-    "location30": "location", "synthetic": "synthetic"}))
+    "location30": "location", "synthetic": "synthetic", "tabular": "tabular"}))
 MODELS: Registry = Registry("model", _modules("models", {
     "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "odenet": "ode",
     "odenet64": "ode", "anode": "ode", "sonode": "ode", "hbnode": "ode", "sdenet": "sde",
@@ -175,7 +165,7 @@ MODELS: Registry = Registry("model", _modules("models", {
 RECIPES: Registry = Registry("training recipe", {
     **_modules("training", {"standard": "standard", "dpsgd": "dpsgd",
                             "replace_finetune": "replace_finetune", "ann2snn": "snn_recipes",
-                            "snn_direct": "snn_recipes"}),
+                            "snn_direct": "snn_recipes", "user_function": "user_function"}),
     **_modules("defenses", {"pgd_at": "adversarial", "trades": "adversarial",
                             "mixup_mmd": "mixup_mmd", "early_stopping": "regularization"})})
 PENALTIES: Registry = Registry("penalty", {

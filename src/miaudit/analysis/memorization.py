@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from miaudit.metrics import roc_curve, summarize
 from miaudit.io import save_figure
+from miaudit.metrics import roc_curve, summarize
 from miaudit.signals import cross_entropy
 
 FPR_LEVEL = 1e-3
