@@ -135,6 +135,60 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     print_summary(summary, console)
 
 
+@app.command()
+def score(
+    source: Annotated[Path | None, typer.Argument(help="an official-LiRA experiment folder "
+                      "(one folder per model with keep.npy and logits/) or one bundle file "
+                      "(.npz / .safetensors with keep, logits, labels)")] = None,
+    keep: Annotated[list[Path] | None, typer.Option(help="keep (M, N) bool file, or one (N,) "
+                    "file per model (repeat)")] = None,
+    logits: Annotated[list[Path] | None, typer.Option(help="logits (M, N, Q, C) / (M, N, C) "
+                      "file, or one per model (repeat)")] = None,
+    labels: Annotated[Path | None, typer.Option(help="labels (N,) file")] = None,
+    population: Annotated[Path | None, typer.Option(help="(P,) indices of samples no model "
+                          "trained on: the attacker's population data, never scored")] = None,
+    attacks: Annotated[str | None, typer.Option(help="';'-separated attack specs (default: "
+                       "the default audit's suite)")] = None,
+    out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/scored"),
+    epoch: Annotated[int | None, typer.Option(help="LiRA layout: logits of this epoch "
+                     "(default: the latest)")] = None,
+    balance: Annotated[str, typer.Option(help="samples IN for all or no models: error | warn "
+                       "| ignore")] = "warn",
+) -> None:
+    """Score attacks over outputs produced elsewhere (same table, results.json, plots and
+    per-sample scores as an audit)."""
+    import numpy as np
+
+    from miaudit.config import DEFAULT_ATTACKS
+    from miaudit.external import read_any, read_outputs
+    from miaudit.report import print_summary
+    from miaudit.scoring import score_outputs
+
+    specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else \
+        list(DEFAULT_ATTACKS)
+    try:
+        indices = None if population is None else np.load(population, allow_pickle=False)
+        if source is not None:
+            folder = {**({"epoch": epoch} if epoch is not None else {}),
+                      **({"labels": labels} if labels is not None else {})}
+            outputs = read_any(source, population=indices, balance=balance,
+                               **(folder if source.is_dir() else {}))
+        elif keep and logits and labels is not None:
+            outputs = read_outputs(keep if len(keep) > 1 else keep[0],
+                                   logits if len(logits) > 1 else logits[0], labels,
+                                   balance=balance, population=indices)
+        else:
+            raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
+                               "--labels")
+        results = score_outputs(outputs, specs, out, population=indices,
+                                name=out.name)
+    except MiauditError as error:
+        raise fail(error) from None
+    except OSError as error:
+        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
+    print_summary(results.summary, console)
+
+
 @app.command("config")
 def show_config(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,

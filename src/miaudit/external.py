@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.errors import DataError
+
 log = logging.getLogger(__name__)
 
 BALANCE_POLICIES = ("error", "warn", "ignore")
@@ -39,7 +41,7 @@ Source = str | Path
 Sources = Source | Sequence[Source]
 
 
-class ExternalOutputsError(ValueError):
+class ExternalOutputsError(DataError, ValueError):
     """Malformed external outputs; the message names the file, the problem and the fix."""
 
 

@@ -34,12 +34,19 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(handle)
     tmp_path = Path(tmp_name)
     try:
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; keep the usual mode
         write(tmp_path)
         with open(tmp_path, "rb+") as stream:
             os.fsync(stream.fileno())
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes(path: Path, data: bytes) -> None:

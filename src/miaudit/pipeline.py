@@ -34,15 +34,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from miaudit import identity as ids
-from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.config import (
     AuditConfig,
     ModelConfig,
     RobustEvalConfig,
     TrainConfig,
-    attack_label,
-    build_attack,
     build_output_defense,
     build_recipe,
     load_config,
@@ -50,14 +47,14 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError, MiauditError
-from miaudit.io import read_json, write_array, write_json
+from miaudit.io import read_json, write_json
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, make_split, model_seed
-from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.queries import query_outputs
 from miaudit.registry import DATASETS
-from miaudit.results import Results, Summary
+from miaudit.results import Results
 from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, scores_name
+from miaudit.scoring import accuracy_stats, publish, score_attacks
 from miaudit.training import TrainEnv
 
 __all__ = ["Results", "audit"]
@@ -465,82 +462,29 @@ def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population)
-    audited = plan.split.audited
     targets = list(plan.targets)
-    members = plan.keep[targets][:, audited]
     records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
     privacy = privacy_summary(records)
-    attacks: dict[str, Any] = {}
     with run.new_scores() as folder:
-        for index, spec in enumerate(cfg.attacks):
-            label, name, options = attack_label(spec)
-            attack = build_attack(spec, f"attacks[{index}]")
-            outcomes = [attack.evaluate(data, t, plan.references(t)) for t in targets]
-            scores = np.stack([o.scores[audited] for o in outcomes])
-            attacks[label] = attack_summary(name, options, scores, members,
-                                            labels[audited], targets, privacy)
-            if any(o.info for o in outcomes):
-                attacks[label]["info"] = [o.info for o in outcomes]
-            write_array(folder / scores_name(label), scores)
+        attacks = score_attacks(data, cfg.attacks, targets, plan.references,
+                                plan.split.audited, folder, privacy)
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
+    column = cfg.queries.index("identity") if "identity" in cfg.queries else 0
+    stats = accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
+    stats["train_seconds_mean"] = float(np.mean([r["train_seconds"] for r in records]))
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
         "run_identity": planned.run_identity, "protocol": cfg.protocol, "targets": targets,
         "num_models": len(plan.keep), "pool_size": int(len(labels)),
-        "audited_size": int(len(audited)), "population_size": int(len(plan.split.population)),
+        "audited_size": int(len(plan.split.audited)),
+        "population_size": int(len(plan.split.population)),
         "holdout_size": int(len(plan.split.holdout)), "queries": list(cfg.queries),
         "scores_dir": scores_dir,
-        "target_models": target_model_stats(run, planned, logits, targets),
+        "target_models": {**stats, **robust_summary(run, planned, targets)},
         "attacks": attacks, **({"privacy": privacy} if privacy else {}),
         "config": cfg.model_dump(mode="json"),
-    }
-
-
-def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, members: np.ndarray,
-                   labels: np.ndarray, targets: list[int],
-                   privacy: dict[str, Any]) -> dict[str, Any]:
-    per_target = [metrics.summarize(s, m) for s, m in zip(scores, members)]
-    summary = {
-        "attack": name, "options": options,
-        "pooled": metrics.summarize(scores.ravel(), members.ravel()),
-        **metrics.aggregate(per_target),
-        "per_target": per_target,
-        "per_class": metrics.per_class(scores.ravel(), members.ravel(),
-                                       np.tile(labels, len(targets))),
-    }
-    if privacy:
-        summary["empirical_epsilon"] = empirical_epsilon(
-            scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
-    return summary
-
-
-def target_model_stats(run: RunDir, planned: Audit, logits: np.ndarray,
-                       targets: list[int]) -> dict[str, Any]:
-    """Accuracy of the targets on their audited members and non-members (first query, the
-    undefended outputs' argmax is unchanged by output defenses that keep the label)."""
-    labels = planned.pool.y.numpy()
-    audited = np.zeros(len(labels), dtype=bool)
-    audited[planned.plan.split.audited] = True
-    column = planned.cfg.queries.index("identity") if "identity" in planned.cfg.queries else 0
-    train_acc, test_acc = [], []
-    for target in targets:
-        correct = logits[target, :, column].argmax(-1) == labels
-        member = planned.plan.keep[target]
-        train_acc.append(correct[member].mean())
-        test_acc.append(correct[~member & audited].mean())
-    train_acc, test_acc = np.array(train_acc), np.array(test_acc)
-    records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
-    return {
-        "train_accuracy": float(train_acc.mean()), "test_accuracy": float(test_acc.mean()),
-        "generalization_gap": float((train_acc - test_acc).mean()),
-        "train_accuracy_std": float(train_acc.std()), "test_accuracy_std": float(test_acc.std()),
-        "test_accuracy_ci": metrics.clopper_pearson(
-            int(round(test_acc.mean() * (~planned.plan.keep[targets[0]] & audited).sum())),
-            int((~planned.plan.keep[targets[0]] & audited).sum())),
-        "train_seconds_mean": float(np.mean([r["train_seconds"] for r in records])),
-        **robust_summary(run, planned, targets),
     }
 
 
@@ -593,13 +537,3 @@ def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
     table["attack"] = attack
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")
-
-
-def publish(run: RunDir, summary: dict[str, Any]) -> Results:
-    """Validate the summary against the results schema, write results.json (naming its scores
-    generation), then drop older generations."""
-    checked = Summary.model_validate(summary)
-    write_json(run.root / "results.json", summary)
-    run.drop_old_scores(checked.scores_dir)
-    return Results(run_dir=run.root, summary=summary)
-
