@@ -100,7 +100,9 @@ def audit(
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> None:
+def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+           html: Annotated[bool, typer.Option("--html", help="also write RUN/report.html")] = False
+           ) -> None:
     """Re-render the table and the ROC plot of a finished run from its directory."""
     from miaudit.report import load_summary, print_summary, render_plots
     from miaudit.rundir import RunDirError
@@ -113,6 +115,10 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")]) -> 
         errors.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
     print_summary(summary, console)
+    if html:  # the self-contained HTML report (miaudit.reporting)
+        from miaudit.reporting.cli import html_report
+
+        console.print(f"HTML report: {html_report(run_dir, summary)}", markup=False)
 
 
 def _listing(registry: Registry, title: str) -> None:
@@ -153,6 +159,9 @@ def _mount_privacy() -> None:
 
 
 _mount_privacy()
+from miaudit.reporting.cli import compare  # noqa: E402  (the run comparison, its own module)
+
+app.command()(compare)
 
 
 def main() -> None:  # pragma: no cover - console-script entry

@@ -20,8 +20,10 @@ def compare(
                                                    "files)")],
     html: Annotated[Path | None, typer.Option("--html", help="also write this self-contained "
                                               "HTML page with a privacy-utility plot")] = None,
-    attacks: Annotated[str | None, typer.Option(help="comma-separated attack labels; default: "
-                                                "every attack the runs have in common")] = None,
+    attacks: Annotated[str | None, typer.Option(help="';'-separated attack labels as in the "
+                                                "runs' tables (labels may hold commas), e.g. "
+                                                "'lira;rmia'; default: every attack the runs "
+                                                "have in common")] = None,
 ) -> None:
     """Compare runs: one row per run (labelled by what differs between their configs), target
     accuracy and gap, and per attack TPR@0.1% FPR [95% CI], TPR@1% FPR and AUC."""
@@ -33,7 +35,7 @@ def compare(
         write_compare_html,
     )
 
-    chosen = [a.strip() for a in attacks.split(",") if a.strip()] if attacks else None
+    chosen = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
     try:
         table = comparison(load_views(run_dirs), chosen)
     except (CompareError, RunDirError, KeyError) as error:

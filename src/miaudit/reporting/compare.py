@@ -127,9 +127,9 @@ def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -
     header += ([f"{a} {c}" for a in chosen for c in ATTACK_COLUMNS] if wide
                else ["attack", *ATTACK_COLUMNS])
     rows = []
-    for view, label in zip(views, labels):
+    for number, (view, label) in enumerate(zip(views, labels), start=1):
         acc = view.accuracy
-        model = [label, pct(acc.train, 1), pct(acc.test, 1), pct(acc.gap, 1)]
+        model = [f"{number}. {label}", pct(acc.train, 1), pct(acc.test, 1), pct(acc.gap, 1)]
         cells = [[_ci_cell(view.attacks[a].tpr("0.1%")), pct(view.attacks[a].tpr("1%").value),
                   f"{view.attacks[a].auc:.3f}"] for a in chosen]
         if wide:
@@ -171,10 +171,10 @@ def compare_markdown(run_dirs: Sequence[Path], attacks: Sequence[str] | None = N
 
 def privacy_utility_points(table: Comparison) -> list[dict[str, Any]]:
     points = []
-    for view, label in zip(table.views, table.labels):
+    for number, view in enumerate(table.views, start=1):
         for attack in table.attacks:
             low = view.attacks[attack].tpr("0.1%")
-            points.append({"run": label, "attack": attack, "accuracy": view.accuracy.test,
+            points.append({"run": str(number), "attack": attack, "accuracy": view.accuracy.test,
                            "accuracy_std": view.accuracy.test_std, "tpr": low.value,
                            "ci": low.ci})
     return points
@@ -189,13 +189,15 @@ def render_compare_html(table: Comparison) -> str:
     svg = figures.to_svg(figures.privacy_utility(privacy_utility_points(table)), "pu")
     runs = "".join(f"<li><b>{escape(label)}</b>: {escape(v.name)} <code>{escape(str(v.root))}"
                    f"</code></li>" for v, label in zip(table.views, table.labels))
+    note = "Points are numbered as the table's rows."
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>miaudit: run '
             f"comparison</title><style>{CSS}</style></head><body><main>"
             f"<h1>Run comparison</h1><p class=\"sub\">{len(table.views)} runs · "
             f"{escape(', '.join(table.attacks))}</p>"
             f'<table id="compare"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
             f'<p class="note">{escape(CAPTION)}</p><h2>Privacy-utility</h2>'
-            f"<figure>{svg}</figure><h2>Runs</h2><ul>{runs}</ul></main></body></html>\n")
+            f'<figure class="pu">{svg}<figcaption>{note}</figcaption></figure>'
+            f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
 
 
 def write_compare_html(table: Comparison, out: Path) -> Path:

@@ -43,7 +43,7 @@ h1{font-size:1.6em;margin:.2em 0}h2{font-size:1.2em;margin:1.6em 0 .5em;border-b
 .figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:12px}
 .figs figure,.card figure{margin:0;background:#fff;border:1px solid #dde1e7;border-radius:6px;
 padding:6px}
-figure svg{width:100%;height:auto;display:block}
+figure svg{width:100%;height:auto;display:block}figure.pu{max-width:860px}
 figcaption{font-size:.85em;color:#5a6473;padding:2px 6px}
 table{border-collapse:collapse;background:#fff;font-size:.88em}
 th,td{border:1px solid #dde1e7;padding:3px 8px;vertical-align:top}
