@@ -67,7 +67,8 @@ def run_labels(configs: Sequence[dict[str, Any]], names: Sequence[str]) -> list[
     keys = list(dict.fromkeys(k for flat in flats for k in flat))
     differing = [k for k in keys if not any(k == i or k.startswith(i + ".") for i in IGNORED_KEYS)
                  and len({_text(flat.get(k, "-")) for flat in flats}) > 1]
-    labels = [", ".join(f"{_short(k)}={_text(flat.get(k, '-'))}" for k in differing) or name
+    # A field a run does not have (an option of another recipe) says nothing about it.
+    labels = [", ".join(f"{_short(k)}={_text(flat[k])}" for k in differing if k in flat) or name
               for flat, name in zip(flats, names)]
     if len(set(labels)) < len(labels):
         labels = [f"{label} ({name})" if label != name else label

@@ -249,9 +249,12 @@ def privacy_section(view: RunView) -> str:
             curve["band_low"] = None
         svg = figures.to_svg(figures.roc_panel("pooled ROCs under the claimed DP bound", curves,
                                                floor, bound), "dpbound")
+        # The first constraint reaches TPR 1 at FPR (1 - delta) e^-eps: beyond it the bound
+        # says nothing, which is why a large epsilon bounds nothing an attack can show.
+        full = (1 - delta) * np.exp(-epsilon)
         figure = (f"<figure>{svg}<figcaption>No attack's ROC may rise above the dotted bound "
                   "TPR ≤ min(e^ε FPR + δ, 1 − e^−ε (1 − δ − FPR)) (Kairouz et al. 2015, "
-                  "Thm. 2.1).</figcaption></figure>")
+                  f"Thm. 2.1); it allows TPR 1 from FPR {full:.1e} on.</figcaption></figure>")
     note = escape(privacy.get("note", ""))
     return (f'<div class="cols"><div>{claim}<h3>claimed vs empirical ε</h3>{table}'
             f'<p class="note">{note}</p></div><div>{figure}</div></div>')
