@@ -3,6 +3,7 @@ test_report_browser.py for the rendering check)."""
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 
@@ -175,18 +176,28 @@ def test_attack_choice_is_the_common_set_or_an_error(dp_run, tmp_path):
 
 
 def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
-    plain = image_audit(tmp_path, train={"epochs": 3, "batch_size": 32, "lr": 0.1})
-    runs = [dp_run.run_dir, plain.run_dir]
+    # A second run as a results file whose config differs in the recipe (compare reads only
+    # results.json), instead of a second audit.
+    plain = json.loads((dp_run.run_dir / "results.json").read_text())
+    plain["config"]["train"]["recipe"] = "standard"
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    runs = [dp_run.run_dir, tmp_path / "plain.json"]
     table = comparison([RunView(p) for p in runs], ["lira", "loss"])
     assert table.wide and len(table.rows) == 2
     assert table.rows[0][0].startswith("1. ") and "recipe=dpsgd" in table.rows[0][0]
     lira = dp_run.attacks["lira"]["pooled"]
     assert table.rows[0][4] == (f"{100 * lira['tpr@0.1%']:.2f} [{100 * lira['tpr@0.1%_ci'][0]:.2f}"
                                 f", {100 * lira['tpr@0.1%_ci'][1]:.2f}]")
-    long = comparison([RunView(p) for p in runs], None)
-    assert len(long.attacks) == 3 and long.wide  # three attacks still fit one row per run
+    assert comparison([RunView(p) for p in runs], None).wide  # 3 attacks: one row per run
     text = compare_markdown(runs, ATTACKS)
     assert text.count("\n| 1. ") == 1 and text.count("\n| 2. ") == 1
+    # A fourth common attack switches to one row per (run, attack).
+    plain["attacks"]["lira copy"] = plain["attacks"]["lira"]
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    (tmp_path / "again.json").write_text(json.dumps({**plain, "config": dp_run.summary["config"]}))
+    long = comparison([RunView(tmp_path / "plain.json"), RunView(tmp_path / "again.json")])
+    assert not long.wide and "attack" in long.header and len(long.rows) == 2 * 4
+    assert [row[4] for row in long.rows[:4]] == [*ATTACKS, "lira copy"]
 
 
 def test_rich_table_prints_user_text_verbatim():
