@@ -149,6 +149,16 @@ def test_html_report_is_self_contained_and_has_every_section(dp_run):
     assert path.stat().st_size < 1_000_000
 
 
+def test_html_report_of_a_results_file_alone_omits_what_needs_the_run_directory(dp_run,
+                                                                                 tmp_path):
+    (tmp_path / "results.json").write_bytes((dp_run.run_dir / "results.json").read_bytes())
+    path = write_html_report(tmp_path, None)
+    text = path.read_text()
+    assert path == tmp_path / "report.html" and "per-sample scores are absent" in text
+    assert "<svg" not in text and 'id="exposed"' not in text
+    assert text.count('<tr class="attack') == len(ATTACKS) and 'id="privacy"' in text
+
+
 def test_run_view_reads_a_results_file_as_well_as_a_run_directory(dp_run):
     by_dir = RunView(dp_run.run_dir)
     by_file = RunView(dp_run.run_dir / "results.json")

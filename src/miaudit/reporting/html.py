@@ -133,10 +133,13 @@ def settings_section(view: RunView) -> str:
             f"<details><summary>resolved config</summary><pre>{escape(config)}</pre></details>")
 
 
-def roc_section(view: RunView) -> str:
-    if not view.has_scores():
+Curves = tuple[dict[str, list[dict[str, Any]]], float] | None
+
+
+def roc_section(view: RunView, curves: Curves) -> str:
+    if curves is None:
         return '<p class="note">per-sample scores are absent: no ROC curves.</p>'
-    panels, floor = family_curves(view)
+    panels, floor = curves
     spread = (" Shaded: the 25th to 75th percentile of the per-target curves (from 10 false "
               "positives per target up)." if len(view.targets) > 1 else "")
     blocks = []
@@ -215,7 +218,7 @@ def per_class_section(view: RunView, attack: AttackView) -> str:
             f"targets).</p><table>{head}{''.join(rows)}</table>")
 
 
-def privacy_section(view: RunView) -> str:
+def privacy_section(view: RunView, curves: Curves) -> str:
     from miaudit.privacy.bounds import roc_bound
 
     privacy = view.privacy
@@ -239,15 +242,14 @@ def privacy_section(view: RunView) -> str:
     table = ("<table><tr><th>attack</th><th>empirical ε lower bound (95%)</th>"
              f"<th>claimed ε</th><th>verdict</th></tr>{''.join(rows)}</table>")
     figure = ""
-    if view.has_scores():
-        panels, floor = family_curves(view)
-        curves = [c for group in panels.values() for c in group]
-        grid = curves[0]["grid"]
+    if curves is not None:
+        panels, floor = curves
+        # One panel of all attacks, without the bands: they would hide the bound.
+        pooled = [{**c, "band_low": None} for group in panels.values() for c in group]
+        grid = pooled[0]["grid"]
         bound = {"fpr": grid, "tpr": roc_bound(grid, epsilon, delta),
                  "label": f"({epsilon:.3g}, {delta:g})-DP bound"}
-        for curve in curves:  # one panel of all attacks: the band would hide the bound
-            curve["band_low"] = None
-        svg = figures.to_svg(figures.roc_panel("pooled ROCs under the claimed DP bound", curves,
+        svg = figures.to_svg(figures.roc_panel("pooled ROCs under the claimed DP bound", pooled,
                                                floor, bound), "dpbound")
         # The first constraint reaches TPR 1 at FPR (1 - delta) e^-eps: beyond it the bound
         # says nothing, which is why a large epsilon bounds nothing an attack can show.
@@ -316,18 +318,19 @@ def render_html(view: RunView) -> str:
     from miaudit import __version__
 
     best = view.best_attack()
+    curves = family_curves(view) if view.has_scores() else None  # for the ROC and DP panels
     parts = [
         section("Headline", headline(view), "headline"),
         section("Settings and provenance", settings_section(view), "settings"),
-        section("ROC curves by attack family", roc_section(view), "roc"),
+        section("ROC curves by attack family", roc_section(view, curves), "roc"),
         section("Attacks", attack_table(view), "table"),
         section("Target models: accuracy and generalization gap", models_section(view),
                 "models"),
         section("Per-class leakage", per_class_section(view, best), "classes"),
     ]
     if view.privacy:
-        parts.append(section("Differential privacy: claimed vs empirical", privacy_section(view),
-                             "privacy"))
+        parts.append(section("Differential privacy: claimed vs empirical",
+                             privacy_section(view, curves), "privacy"))
     if view.memorization is not None:
         parts.append(section("Memorization", memorization_section(view), "memorization"))
     exposed = view.exposed()
