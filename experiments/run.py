@@ -19,8 +19,9 @@ from pathlib import Path
 from rich.console import Console
 
 from miaudit.config import load_config
-from miaudit.pipeline import audit
-from miaudit.report import TABLE_KEYS, model_line, privacy_line
+from miaudit.pipeline import Results, audit
+from miaudit.report import model_line, privacy_line
+from miaudit.reporting import compare_markdown
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,33 +42,22 @@ def run_experiment(name: str, data_dir: Path | None, device: str) -> Path:
                          "memorization.png"):
             if (results.run_dir / artefact).exists():
                 shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
-        rows.append((stem, results.summary))
+        rows.append((stem, results))
     (outputs / "summary.md").write_text(markdown(rows))
     return outputs
 
 
-def markdown(rows: list[tuple[str, dict]]) -> str:
-    """One table: config x attack, pooled metrics with the 95% CI of TPR@0.1%."""
-    header = ["config", "attack", *TABLE_KEYS, "train acc", "test acc", "s/model"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for stem, summary in rows:
-        stats = summary["target_models"]
-        for label, attack in summary["attacks"].items():
-            pooled = attack["pooled"]
-            cells = [f"{100 * pooled[k]:.2f}" for k in TABLE_KEYS]
-            interval = pooled.get("tpr@0.1%_ci")
-            if interval:
-                cells[1] += f" [{100 * interval[0]:.2f}, {100 * interval[1]:.2f}]"
-            lines.append("| " + " | ".join([
-                stem, f"`{label}`", *cells, f"{100 * stats['train_accuracy']:.1f}",
-                f"{100 * stats['test_accuracy']:.1f}", f"{stats['train_seconds_mean']:.1f}",
-            ]) + " |")
-    notes = [f"- {stem}: {model_line(summary)}; {len(summary['targets'])} target(s), "
-             f"{summary['num_models']} models, pool {summary['pool_size']}, "
-             f"this run {summary.get('timing', {}).get('total_seconds_this_run', 'n/a')} s"
-             + extra_note(summary) for stem, summary in rows]
-    return ("Metrics in percent, pooled over targets (TPR@0.1% with 95% Clopper-Pearson CI).\n\n"
-            + "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n")
+def markdown(rows: list[tuple[str, Results]]) -> str:
+    """The comparison table of the experiment's runs (every attack they share; TPR@0.1% with
+    its 95% CI), then a line per config: accuracy, size, time, robust accuracy, DP guarantee."""
+    table = compare_markdown([results.run_dir for _, results in rows])
+    notes = [f"- {stem}: {model_line(results.summary)}; {len(results.summary['targets'])} "
+             f"target(s), {results.summary['num_models']} models, pool "
+             f"{results.summary['pool_size']}, "
+             f"{results.summary['target_models']['train_seconds_mean']:.1f} s/model, this run "
+             f"{results.summary.get('timing', {}).get('total_seconds_this_run', 'n/a')} s"
+             + extra_note(results.summary) for stem, results in rows]
+    return table + "\n" + "\n".join(notes) + "\n"
 
 
 def extra_note(summary: dict) -> str:

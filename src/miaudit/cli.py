@@ -118,8 +118,11 @@ def audit(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
            plots: Annotated[bool, typer.Option(help="re-render roc.png (and the DP-bound "
-                            "plot) from the stored scores")] = False) -> None:
-    """Print the table of a finished run from its directory (read-only unless --plots)."""
+                            "plot) from the stored scores")] = False,
+           html: Annotated[bool, typer.Option("--html", help="also write RUN/report.html")] = False
+           ) -> None:
+    """Print the table of a finished run from its directory (read-only unless --plots or
+    --html)."""
     from miaudit.report import print_summary, render_plots
     from miaudit.results import load_summary
 
@@ -133,6 +136,14 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     except OSError as error:
         raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
     print_summary(summary, console)
+    if html:  # the self-contained HTML report (miaudit.reporting)
+        from miaudit.reporting.cli import html_report
+
+        try:
+            written = html_report(run_dir, summary)
+        except MiauditError as error:
+            raise fail(error) from None
+        console.print(f"HTML report: {written}", markup=False)
 
 
 @app.command()
@@ -242,6 +253,9 @@ def _mount_privacy() -> None:
 
 
 _mount_privacy()
+from miaudit.reporting.cli import compare  # noqa: E402  (the run comparison, its own module)
+
+app.command()(compare)
 
 
 def main() -> None:  # pragma: no cover - console-script entry

@@ -136,17 +136,21 @@ def plot_roc(run_root: Path, summary: dict[str, Any],
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from miaudit.reporting.figures import distinct_colors, line_styles
+
     members = audited_members(run_root, summary).ravel()
-    figure, axis = plt.subplots(figsize=(5.5, 5))
+    figure, axis = plt.subplots(figsize=(8.5, 5), layout="constrained")
     floor = 1.0 / max(1, int((~members).sum()))
-    for label, attack in summary["attacks"].items():
+    count = len(summary["attacks"])
+    for (label, attack), color, style in zip(summary["attacks"].items(), distinct_colors(count),
+                                             line_styles(count)):
         fpr, tpr = curves[label]
-        axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor),
+        axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, color=color,
                   label=f"{label} (AUC {attack['pooled']['auc']:.3f})")
     axis.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
     axis.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
              xlabel="false positive rate", ylabel="true positive rate",
              title=f"{summary['name']} (pooled over {len(summary['targets'])} targets)")
-    axis.legend(fontsize=7, loc="lower right")
-    figure.tight_layout()
+    # Outside the axes: inside, a legend of 16 attacks hides the low-FPR region it describes.
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     return save_figure(figure, run_root / "roc.png", dpi=120)

@@ -77,6 +77,8 @@ def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
         "generalization_gap": float((train - test).mean()),
         "train_accuracy_std": float(train.std()), "test_accuracy_std": float(test.std()),
         "test_accuracy_ci": metrics.clopper_pearson(correct_total, tested),
+        "per_target_train": [float(v) for v in train],
+        "per_target_test": [float(v) for v in test],
     }
 
 

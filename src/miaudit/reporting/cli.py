@@ -1,0 +1,78 @@
+"""``miaudit compare`` (mounted by miaudit.cli) and the helpers of ``miaudit report --html``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from miaudit.errors import RunDirError
+
+console = Console() if sys.stdout.isatty() else Console(width=200)
+errors = Console(stderr=True)
+
+
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run directories (or results.json "
+                                                   "files)")],
+    html: Annotated[Path | None, typer.Option("--html", help="also write this self-contained "
+                                              "HTML page with a privacy-utility plot")] = None,
+    attacks: Annotated[str | None, typer.Option(help="';'-separated attack labels as in the "
+                                                "runs' tables (labels may hold commas), e.g. "
+                                                "'lira;rmia'; default: every attack the runs "
+                                                "have in common")] = None,
+) -> None:
+    """Compare runs: one row per run (labelled by what differs between their configs), target
+    accuracy and gap, and per attack TPR@0.1% FPR [95% CI], TPR@1% FPR and AUC."""
+    from miaudit.reporting.compare import (
+        CompareError,
+        comparison,
+        load_views,
+        rich_table,
+        write_compare_html,
+    )
+
+    chosen = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
+    try:
+        table = comparison(load_views(run_dirs), chosen)
+    except (CompareError, RunDirError, KeyError) as error:
+        errors.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    console.print(rich_table(table))
+    if html is not None:
+        console.print(f"HTML comparison: {write_compare_html(table, html)}", markup=False)
+
+
+def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """``miaudit report --html``: the exposed samples when the run lacks them (rebuilt from the
+    run's own data, best effort), then the HTML report."""
+    from miaudit.reporting.html import write_html_report
+
+    if not (Path(run_dir) / "exposed.npz").exists():
+        try:
+            exposed_from_config(Path(run_dir), summary)
+        except Exception as error:  # the report is still useful without thumbnails
+            errors.print(f"no exposed samples ({type(error).__name__}: {error})", markup=False)
+    return write_html_report(run_dir, summary)
+
+
+def exposed_from_config(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """Rebuild the run's pool from its config and write exposed.npz for its strongest attack
+    (the audit pipeline writes it directly; this serves runs made before it did)."""
+    from miaudit.config import validate_config
+    from miaudit.pipeline import load_pool
+    from miaudit.reporting.exposed import write_exposed_samples
+    from miaudit.reporting.run_view import RunView
+
+    from miaudit.rundir import RunDir
+
+    view = RunView(run_dir, summary)
+    pool = load_pool(validate_config(view.config))
+    audited = RunDir(run_dir).read_split()["audited"]
+    best = view.best_attack().label
+    x = pool.x.numpy()[audited] if pool.is_image else None
+    return write_exposed_samples(run_dir, view.scores(best), view.members, x,
+                                 pool.y.numpy()[audited], pool.class_names, attack=best)

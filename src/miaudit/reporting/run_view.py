@@ -1,0 +1,258 @@
+"""Read-only view of a finished run directory for the HTML report and the run comparison.
+
+This is the one module of :mod:`miaudit.reporting` that knows the layout of ``results.json``
+and of the run directory (keys such as ``"pooled"``, ``"tpr@0.1%_ci"``, ``"target_models"``);
+everything else asks a :class:`RunView`. When the results schema changes, adapt this file.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miaudit.reporting.exposed import EXPOSED_FILE
+from miaudit.errors import RunDirError
+from miaudit.io import read_json
+
+LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: value, optional 95% interval, optional mean and std over targets."""
+
+    value: float
+    ci: tuple[float, float] | None = None
+    mean: float | None = None
+    std: float | None = None
+
+
+@dataclass(frozen=True)
+class AttackView:
+    """One attack of a run, as the report reads it."""
+
+    label: str
+    name: str
+    options: dict[str, Any]
+    raw: dict[str, Any]
+
+    def metric(self, key: str) -> Metric:
+        """``key`` e.g. "tpr@0.1%", "auc": pooled value [CI], mean and std over targets."""
+        pooled = self.raw["pooled"]
+        interval = pooled.get(f"{key}_ci")
+        mean, std = self.raw.get("mean", {}).get(key), self.raw.get("std", {}).get(key)
+        return Metric(float(pooled[key]), tuple(interval) if interval else None, mean, std)
+
+    def tpr(self, level: str) -> Metric:
+        return self.metric(f"tpr@{level}")
+
+    @property
+    def auc(self) -> float:
+        return float(self.raw["pooled"]["auc"])
+
+    @property
+    def per_class(self) -> dict[int, dict[str, Any]]:
+        """{class index: summary or counts}; JSON turned the class keys into strings."""
+        return {int(k): v for k, v in self.raw.get("per_class", {}).items()}
+
+    def class_metric(self, row: dict[str, Any], key: str) -> Metric | None:
+        if key not in row:
+            return None
+        interval = row.get(f"{key}_ci")
+        return Metric(float(row[key]), tuple(interval) if interval else None)
+
+    @property
+    def empirical_epsilon(self) -> dict[str, Any] | None:
+        return self.raw.get("empirical_epsilon")
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Mean train/test accuracy of the target models and the generalization gap."""
+
+    train: float
+    test: float
+    gap: float
+    train_std: float | None
+    test_std: float | None
+
+
+class RunView:
+    """A finished run: ``results.json`` plus the arrays the report plots."""
+
+    def __init__(self, root: Path, summary: dict[str, Any] | None = None):
+        self.root = Path(root)
+        if summary is None:
+            path = self.root / "results.json" if self.root.is_dir() else self.root
+            if not path.exists():
+                raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
+            summary = read_json(path)
+            self.root = path.parent
+        self.summary = summary
+
+    # -- identity and settings ------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self.summary.get("name", self.root.name))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.summary.get("config", {})
+
+    @property
+    def targets(self) -> list[int]:
+        return [int(t) for t in self.summary["targets"]]
+
+    @property
+    def num_models(self) -> int:
+        return int(self.summary["num_models"])
+
+    @property
+    def protocol(self) -> str:
+        return str(self.summary.get("protocol", self.config.get("protocol", "?")))
+
+    def settings(self) -> dict[str, str]:
+        """Label -> text of what the run was: data, model, training, protocol, queries."""
+        cfg, data = self.config, self.config.get("data", {})
+        model, train = cfg.get("model", {}), cfg.get("train", {})
+        rows = {
+            "run": self.name,
+            "data": _spec(data.get("name", "?"), data.get("options"))
+            + f", pool '{data.get('pool', '?')}' of {self.summary.get('pool_size', '?')} samples",
+            "model": _spec(model.get("name", "?"), model.get("options"))
+            + f", width {model.get('width', '?')}",
+            "training": _spec(train.get("recipe", "?"), train.get("recipe_options"))
+            + (f", penalties {', '.join(map(str, train['penalties']))}"
+               if train.get("penalties") else "")
+            + f", {train.get('epochs', '?')} epochs, batch {train.get('batch_size', '?')}, "
+            f"{train.get('optimizer', '?')} lr {train.get('lr', '?')}",
+            "protocol": f"{self.protocol}: {len(self.targets)} target(s), "
+            f"{self.num_models} models",
+            "queries": ", ".join(self.summary.get("queries", [])),
+        }
+        if cfg.get("reference_model") or cfg.get("reference_train"):
+            reference = cfg.get("reference_model") or model
+            rows["reference models"] = _spec(reference.get("name", "?"), reference.get("options"))
+        if cfg.get("output_defense"):
+            rows["output defense"] = str(cfg["output_defense"])
+        return rows
+
+    def provenance(self) -> dict[str, str]:
+        """Who wrote the run and when: version, seed, device, time, hashes, run directory."""
+        from miaudit import __version__
+
+        timing = self.summary.get("timing", {})
+        written = self.summary.get("finished_at") or _mtime(self.root / "results.json")
+        rows = {
+            "miaudit": self.summary.get("miaudit_version", __version__),
+            "seed": str(self.config.get("seed", "?")),
+            "device": str(timing.get("device", self.config.get("device", "?"))),
+            "results written": written,
+            "time (this run)": (f"{timing['total_seconds_this_run']:.1f} s (training "
+                                f"{timing['train_seconds_this_run']:.1f} s, attacks "
+                                f"{timing['attack_seconds']:.1f} s)") if timing else "n/a",
+            "training hash": str(self.summary.get("training_hash", "?"))[:16],
+            "run directory": str(self.summary.get("run_dir", self.root)),
+            "python": platform.python_version(),
+        }
+        return rows
+
+    # -- metrics --------------------------------------------------------------------------
+    @cached_property
+    def attacks(self) -> dict[str, AttackView]:
+        return {label: AttackView(label, str(a.get("attack", label)), dict(a.get("options") or {}),
+                                  a)
+                for label, a in self.summary["attacks"].items()}
+
+    def best_attack(self) -> AttackView:
+        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC)."""
+        return max(self.attacks.values(), key=lambda a: (a.tpr("0.1%").value, a.auc))
+
+    @property
+    def accuracy(self) -> Accuracy:
+        stats = self.summary["target_models"]
+        return Accuracy(stats["train_accuracy"], stats["test_accuracy"],
+                        stats["generalization_gap"], stats.get("train_accuracy_std"),
+                        stats.get("test_accuracy_std"))
+
+    @property
+    def robust_accuracy(self) -> dict[str, float]:
+        stats = self.summary["target_models"]
+        return {k: v for k, v in stats.items() if k.endswith(("natural_acc", "robust_acc"))}
+
+    @property
+    def seconds_per_model(self) -> float | None:
+        return self.summary["target_models"].get("train_seconds_mean")
+
+    @property
+    def privacy(self) -> dict[str, Any] | None:
+        return self.summary.get("privacy")
+
+    # -- artefacts ------------------------------------------------------------------------
+    @cached_property
+    def members(self) -> np.ndarray:
+        """(T, A) bool: membership of every audited sample in every target (the columns of
+        the stored scores)."""
+        from miaudit.report import audited_members
+
+        return audited_members(self.root, self.summary)
+
+    def has_scores(self) -> bool:
+        return (self.root / str(self.summary.get("scores_dir", "-"))).is_dir() and \
+            (self.root / "keep.npy").exists()
+
+    def scores(self, label: str) -> np.ndarray:
+        """(T, A) per-sample scores of attack ``label`` (higher = member)."""
+        from miaudit.report import read_scores
+
+        return read_scores(self.root, self.summary, label)
+
+    def model_accuracies(self) -> list[dict[str, float]]:
+        """Train/test accuracy of every target model (recorded by the score stage)."""
+        stats = self.summary["target_models"]
+        return [{"index": int(t), "train": float(train), "test": float(test)}
+                for t, train, test in zip(self.targets, stats.get("per_target_train", []),
+                                          stats.get("per_target_test", []))]
+
+    @property
+    def memorization(self) -> dict[str, Any] | None:
+        path = self.root / "memorization.json"
+        return read_json(path) if path.exists() else None
+
+    def file_bytes(self, name: str) -> bytes | None:
+        path = self.root / name
+        return path.read_bytes() if path.exists() else None
+
+    def exposed(self) -> dict[str, Any] | None:
+        """The contents of exposed.npz (see :mod:`miaudit.reporting.exposed`), or None."""
+        path = self.root / EXPOSED_FILE
+        if not path.exists():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as stored:
+                return {key: stored[key] for key in stored.files}
+        except (OSError, ValueError) as error:
+            raise RunDirError(f"cannot read {path}: {error}") from None
+
+    def class_names(self) -> list[str] | None:
+        exposed = self.exposed()
+        return None if exposed is None else [str(c) for c in exposed["class_names"]]
+
+
+def _spec(name: str, options: dict[str, Any] | None) -> str:
+    if not options:
+        return str(name)
+    return f"{name} (" + ", ".join(f"{k}={v}" for k, v in options.items()) + ")"
+
+
+def _mtime(path: Path) -> str:
+    if not path.exists():
+        return "n/a"
+    stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+    return stamp.strftime("%Y-%m-%d %H:%M UTC")
