@@ -276,3 +276,24 @@ def test_one_run_audit_end_to_end_tiny():
     assert data["mode"] == "one_run" and data["claimed_epsilon"] is None
     assert data["epsilon_lower"] > 0.5
     assert data["epsilon_lower"] <= data["max_provable"]
+
+
+def test_cli_audit_validates_and_writes_json(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["privacy", "audit", "--canary-kind", "shiny"])
+    assert bad.exit_code == 2 and "canary_kind" in bad.output
+    bad = runner.invoke(app, ["privacy", "audit", "--recipe", "dpsgd"])  # no epsilon or noise
+    assert bad.exit_code == 2 and "target_epsilon" in bad.output
+    out = tmp_path / "audit.json"
+    torch.set_num_threads(1)
+    done = runner.invoke(app, ["privacy", "audit", "--epochs", "2", "--canaries", "16",
+                               "--guesses", "4,4", "--output", str(out)])
+    assert done.exit_code == 0, done.output
+    report = json.loads(out.read_text())
+    assert report["mode"] == "one_run" and report["audit"]["guesses"] == 8

@@ -6,9 +6,9 @@ NeurIPS 2023; arXiv:2305.08846). m canaries, each included in the training set i
 with probability 1/2 (S in {-1, +1}^m uniform). After one training run the auditor scores every
 canary, guesses "in" (T_i = +1) for the k+ highest scores, "out" (T_i = -1) for the k- lowest
 and abstains (T_i = 0) on the rest: r = k+ + k- guesses, of which W = sum_i max(0, T_i S_i) = v
-are correct. The paper's main theorem (its Theorem 3.1, proved in its Section 5; the pure-DP
-case is its warm-up) bounds the tail of W for any (eps, delta)-DP training algorithm and any
-auditor whose guesses are computed from the output:
+are correct. The paper's main theorem (its Section 3, for (eps, delta)-DP; the algorithmic
+form is the code of its Appendix D, ``p_value_DP_audit``) bounds the tail of W for any
+(eps, delta)-DP training algorithm and any auditor whose guesses are computed from the output:
 
     P[W >= v] <= f(v) + 2 m delta max_{i in {1..m}} (f(v - i) - f(v)) / i,
     f(v) = P[Binomial(r, e^eps / (1 + e^eps)) >= v].
