@@ -297,3 +297,17 @@ def test_cli_audit_validates_and_writes_json(tmp_path):
     assert done.exit_code == 0, done.output
     report = json.loads(out.read_text())
     assert report["mode"] == "one_run" and report["audit"]["guesses"] == 8
+
+
+def test_max_provable_matches_perfect_attacks():
+    grid = [(6, 6), (32, 32)]
+    perfect = np.r_[np.ones(32), np.zeros(32)], np.r_[np.ones(32), np.zeros(32)].astype(bool)
+    audit = auditing.one_run_audit(perfect[0], perfect[1], grid, 1e-5, 0.95)
+    assert audit.correct == audit.guesses == 64
+    assert auditing.max_one_run_epsilon(grid, 1e-5, 0.95, 64) == pytest.approx(
+        audit.epsilon_lower)
+    rng = np.random.default_rng(7)
+    separated = auditing.multi_run_audit(10 + rng.random(32), rng.random(32), 0.0, 0.95,
+                                         "bonferroni")
+    assert auditing.max_multi_run_epsilon(32, 32, 0.0, 0.95, "bonferroni") == pytest.approx(
+        separated.epsilon_lower)

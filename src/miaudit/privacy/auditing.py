@@ -294,12 +294,19 @@ def multi_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, delta: float 
 def max_multi_run_epsilon(runs_in: int, runs_out: int, delta: float = 0.0,
                           confidence: float = 0.95, selection: str = "split") -> float:
     """The largest bound :func:`multi_run_audit` can report (zero errors on the evaluation
-    runs): what R runs can prove at best, e.g. to size an experiment."""
-    scores_in, scores_out = np.ones(runs_in), np.zeros(runs_out)
+    runs, all scores distinct): what R runs can prove at best, e.g. to size an experiment."""
+    scores_in, scores_out = runs_out + np.arange(runs_in, dtype=float), np.arange(runs_out) * 1.0
     return multi_run_audit(scores_in, scores_out, delta, confidence, selection).epsilon_lower
 
 
-def max_one_run_epsilon(guesses: int, delta: float = 0.0, confidence: float = 0.95,
-                        canaries: int | None = None) -> float:
-    """The largest bound r guesses can prove (all correct), for sizing an experiment."""
-    return one_run_epsilon(canaries or guesses, guesses, guesses, delta, confidence)
+def max_one_run_epsilon(guesses: int | Sequence[tuple[int, int]], delta: float = 0.0,
+                        confidence: float = 0.95, canaries: int | None = None) -> float:
+    """The largest bound r guesses can prove (all correct), for sizing an experiment; for a
+    grid of (k+, k-) pairs, the best of them at the Bonferroni level :func:`one_run_audit`
+    uses."""
+    if isinstance(guesses, (int, np.integer)):
+        return one_run_epsilon(canaries or int(guesses), int(guesses), int(guesses), delta,
+                               confidence)
+    level = 1 - (1 - confidence) / len(guesses)
+    sizes = [int(k_pos + k_neg) for k_pos, k_neg in guesses]
+    return max(one_run_epsilon(canaries or max(sizes), r, r, delta, level) for r in sizes)

@@ -302,7 +302,7 @@ def one_run(setup: Setup) -> DPAuditReport:
         "one_run", audit.as_dict(), claimed, source, result.test_accuracy, 0.0, result.seconds,
         cfg.model_dump(mode="json"),
         {"included": int(included.sum()), "train_size": len(y),
-         "max_provable": auditing.max_one_run_epsilon(audit.guesses, cfg.delta,
+         "max_provable": auditing.max_one_run_epsilon(cfg.guess_grid(), cfg.delta,
                                                       cfg.confidence, audit.canaries)})
 
 
