@@ -229,3 +229,9 @@ def nsde_command(
     console.print(table)
     if training is not None:
         console.print(training)
+
+
+# ``miaudit privacy audit`` (empirical DP audit with canaries) lives in its own module.
+from miaudit.privacy.audit_cli import audit_command  # noqa: E402
+
+app.command("audit")(audit_command)
