@@ -247,17 +247,21 @@ def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig
     return cfg.model, cfg.train
 
 
-def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,
-                       pool: Pool) -> torch.nn.Module:
-    """The registry model as its recipe outputs it (so saved weights load back)."""
+def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:
+    """The registry model as configured (what a recipe's ``train`` starts from)."""
     try:
-        model = build_model(model_cfg.name, input_shape=pool.input_shape,
-                            num_classes=pool.num_classes, width=model_cfg.width,
-                            **model_cfg.options)
+        return build_model(model_cfg.name, input_shape=pool.input_shape,
+                           num_classes=pool.num_classes, width=model_cfg.width,
+                           **model_cfg.options)
     except (ValueError, TypeError) as error:  # the dry build at plan time: a bad option value
         raise ConfigError(f"model {model_cfg.name!r} (width {model_cfg.width}, options "
                           f"{model_cfg.options}) cannot be built: {error}") from None
-    return build_recipe(train_cfg).architecture(model)
+
+
+def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,
+                       pool: Pool) -> torch.nn.Module:
+    """The registry model as its recipe outputs it (what saved weights load into)."""
+    return build_recipe(train_cfg).architecture(build_registry_model(model_cfg, pool))
 
 
 # -- train --------------------------------------------------------------------------------------
@@ -310,7 +314,7 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
     """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
     recipe = build_recipe(job.train)
     torch.manual_seed(job.seed)
-    model = build_architecture(job.model, job.train, pool)
+    model = build_registry_model(job.model, pool)
     member = torch.from_numpy(plan.keep[job.index])
     x_val = y_val = None
     if recipe.needs_validation:

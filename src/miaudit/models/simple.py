@@ -9,7 +9,8 @@ from miaudit.registry import MODELS
 
 
 def _conv_block(cin: int, cout: int, pool: bool) -> list[nn.Module]:
-    layers: list[nn.Module] = [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU()]  # not in place: Opacus hooks need the input
+    # ReLU not in place: Opacus's per-sample hooks need the unmodified input
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU()]
     return layers + [nn.MaxPool2d(2)] if pool else layers
 
 

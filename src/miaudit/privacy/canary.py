@@ -202,15 +202,15 @@ def prepare(cfg: DPAuditConfig) -> Setup:
 
 
 def _recipe(cfg: DPAuditConfig) -> Any:
-    from miaudit.pipeline import build_recipe  # the lead may move it; import kept local
+    from miaudit.config import build_recipe
 
     return build_recipe(cfg.train.model_copy(update={"recipe_options": cfg.recipe_options()}))
 
 
 def _architecture(setup: Setup) -> torch.nn.Module:
-    from miaudit.pipeline import build_architecture
+    from miaudit.pipeline import build_registry_model
 
-    return build_architecture(setup.cfg.model, setup.pool)
+    return build_registry_model(setup.cfg.model, setup.pool)
 
 
 @dataclass
@@ -224,14 +224,12 @@ class RunResult:
 def train_and_score(setup: Setup, x: torch.Tensor, y: torch.Tensor, seed: int,
                     score_x: torch.Tensor, score_y: torch.Tensor) -> RunResult:
     """Train one model on (x, y) with the configured recipe and score (score_x, score_y)."""
-    from miaudit.pipeline import train_params
-
     started = time.perf_counter()
     torch.manual_seed(seed)
     recipe = _recipe(setup.cfg)
     model = _architecture(setup)
     env = TrainEnv(device=setup.device, seed=seed)
-    model, log = recipe.train(model, x, y, train_params(setup.cfg.train), env)
+    model, log = recipe.train(model, x, y, setup.cfg.train.params(), env)
     epsilons = log.get("epsilon")
     return RunResult(
         scores=canary_scores(model, score_x, score_y, setup.device),

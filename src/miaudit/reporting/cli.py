@@ -66,7 +66,6 @@ def exposed_from_config(run_dir: Path, summary: dict[str, Any]) -> Path:
     from miaudit.pipeline import load_pool
     from miaudit.reporting.exposed import write_exposed_samples
     from miaudit.reporting.run_view import RunView
-
     from miaudit.rundir import RunDir
 
     view = RunView(run_dir, summary)

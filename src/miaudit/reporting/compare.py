@@ -19,10 +19,10 @@ from typing import Any
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
+from miaudit.io import write_bytes
 from miaudit.reporting import figures
 from miaudit.reporting.html import CSS, pct
 from miaudit.reporting.run_view import Metric, RunView
-from miaudit.io import write_bytes
 
 WIDE_MAX_ATTACKS = 3
 # Config fields that never describe the audited system, so they never label a run.

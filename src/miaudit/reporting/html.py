@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import yaml
 
+from miaudit.io import write_bytes
 from miaudit.reporting import figures
 from miaudit.reporting.rocs import family_curves
 from miaudit.reporting.run_view import AttackView, Metric, RunView
-from miaudit.io import write_bytes
 
 REPORT_FILE = "report.html"
 TABLE_LEVELS = ("0.001%", "0.1%", "1%")

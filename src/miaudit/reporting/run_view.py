@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.reporting.exposed import EXPOSED_FILE
 from miaudit.errors import RunDirError
 from miaudit.io import read_json
+from miaudit.reporting.exposed import EXPOSED_FILE
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
