@@ -183,6 +183,22 @@ class RobustEvalConfig(_Strict):
     max_samples: int = Field(default=500, ge=1)
 
 
+class TargetConfig(_Strict):
+    """A target trained elsewhere (fixed_target only): its weights (safetensors, or a torch
+    state dict loaded with ``weights_only=True``) for ``model`` (+ the recipe's architecture),
+    and its training set as pool indices (.npy int) or a pool-length boolean mask (.npy)."""
+
+    weights: Path
+    members: Path
+
+    @field_validator("weights", "members")
+    @classmethod
+    def _exists(cls, path: Path) -> Path:
+        if not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        return path
+
+
 def attack_label(spec: Spec) -> tuple[str, str, dict[str, Any]]:
     """(label, registry name, options). The label is the spec as written, or its ``label``
     option when given (e.g. ``{name: lira, offline: true, label: LiRA-offline}``)."""
@@ -231,6 +247,8 @@ class AuditConfig(_Strict):
     reference_model: ModelConfig | None = None
     reference_train: TrainConfig | None = None
     protocol: Literal["rotation", "fixed_target"] = "rotation"
+    # fixed_target: audit a target trained elsewhere (only the references are trained)
+    target: TargetConfig | None = None
     # the balanced family (even): rotation: all models, each the target in turn;
     # fixed_target: the 2n reference models beside the separate target
     num_models: int = Field(default=16, ge=2, le=100_000)
@@ -325,6 +343,8 @@ class AuditConfig(_Strict):
         elif self.num_targets is not None:
             raise ValueError("num_targets applies to protocol rotation only (fixed_target has "
                              "one target)")
+        if self.target is not None and self.protocol != "fixed_target":
+            raise ValueError("a pre-trained target needs protocol fixed_target")
         return self
 
     def run_name(self) -> str:

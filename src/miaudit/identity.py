@@ -18,6 +18,8 @@ import numpy as np
 
 from miaudit.io import text_digest
 
+__all__ = ["array_digest", "text_digest"]
+
 IDENTITY_VERSION = 2  # bump when the meaning of an artefact changes
 
 
@@ -65,3 +67,8 @@ def query_identity(model: str, spec: str) -> str:
 
 def eval_identity(model: str, settings: dict[str, Any]) -> str:
     return text_digest({"model": model, "evaluation": settings})[:24]
+
+
+def array_digest(array: np.ndarray) -> str:
+    array = np.ascontiguousarray(array)
+    return hashlib.sha256(str((array.dtype, array.shape)).encode() + array.tobytes()).hexdigest()

@@ -47,7 +47,7 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError, MiauditError
-from miaudit.io import read_json, write_json
+from miaudit.io import file_digest, read_json, write_json
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.queries import query_outputs
@@ -69,6 +69,7 @@ class ModelJob:
     train: TrainConfig
     seed: int
     identity: str
+    pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
 
 
 @dataclass
@@ -189,11 +190,19 @@ def plan_audit(cfg: AuditConfig) -> Audit:
         torch.set_num_threads(cfg.threads)
     pool = load_pool(cfg)
     check_pool(cfg, pool)
-    split = make_split(len(pool), cfg.data.population_size, cfg.data.holdout_size, cfg.seed)
-    plan = make_plan(cfg.protocol, cfg.num_models, split, cfg.seed, cfg.num_targets)
+    members = None if cfg.target is None else read_members(cfg.target.members, len(pool))
+    split = make_split(len(pool), cfg.data.population_size, cfg.data.holdout_size, cfg.seed,
+                       exclude=members)
+    plan = make_plan(cfg.protocol, cfg.num_models, split, cfg.seed, cfg.num_targets,
+                     target_members=members)
     data = ids.data_identity(cfg.data.model_dump(mode="json"), ids.pool_digest(pool.x, pool.y))
     jobs = []
-    for index in range(len(plan.keep)):
+    if cfg.target is not None:
+        weights = cfg.target.weights
+        jobs.append(ModelJob(0, cfg.model, cfg.train, model_seed(cfg.seed, 0), ids.text_digest(
+            {"pretrained": file_digest(weights), "members": ids.array_digest(members)})[:32],
+            pretrained=weights))
+    for index in range(len(jobs), len(plan.keep)):
         model_cfg, train_cfg = model_configs(cfg, plan, index)
         seed = model_seed(cfg.seed, index)
         identity = ids.model_identity(
@@ -205,6 +214,32 @@ def plan_audit(cfg: AuditConfig) -> Audit:
             j.model, j.train) for j in jobs}.values():
         build_architecture(model_cfg, train_cfg, pool)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def read_members(path: Path, pool_size: int) -> np.ndarray:
+    """A pre-trained target's training set as a pool-length bool mask, from a .npy of pool
+    indices or of a boolean mask."""
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise DataError(f"target.members {path}: not a .npy array ({error})") from None
+    if array.dtype == bool:
+        if array.shape != (pool_size,):
+            raise DataError(f"target.members {path}: a mask needs shape ({pool_size},) (the "
+                            f"pool), got {array.shape}")
+        mask = array.copy()
+    elif np.issubdtype(array.dtype, np.integer) and array.ndim == 1:
+        if array.size and (array.min() < 0 or array.max() >= pool_size):
+            raise DataError(f"target.members {path}: indices must lie in 0..{pool_size - 1}")
+        mask = np.zeros(pool_size, dtype=bool)
+        mask[array] = True
+    else:
+        raise DataError(f"target.members {path}: expected pool indices (int) or a boolean "
+                        f"mask, got {array.dtype} {array.shape}")
+    if mask.all() or not mask.any():
+        raise DataError(f"target.members {path}: the target needs members and non-members "
+                        "in the pool")
+    return mask
 
 
 def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
@@ -312,6 +347,8 @@ def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
 def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
                 progress: Any = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
+    if job.pretrained is not None:
+        return load_pretrained(job, pool)
     recipe = build_recipe(job.train)
     torch.manual_seed(job.seed)
     model = build_registry_model(job.model, pool)
@@ -332,6 +369,31 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
             "recipe": job.train.recipe, "train_seconds": round(time.perf_counter() - started, 3),
             "log": _jsonable(log)}
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
+
+
+def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
+                                                      dict[str, Any]]:
+    """A target trained elsewhere: its weights, checked to load into the configured
+    architecture (safetensors, or a torch state dict read with ``weights_only=True``)."""
+    path = Path(job.pretrained)
+    try:
+        if path.suffix == ".safetensors":
+            from miaudit.io import read_tensors
+
+            state = read_tensors(path)
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise DataError(f"target.weights {path}: expected a state dict, got "
+                            f"{type(state).__name__}")
+        build_architecture(job.model, job.train, pool).load_state_dict(state, strict=True)
+    except (RuntimeError, OSError, ValueError) as error:
+        raise DataError(f"target.weights {path} do not load into model {job.model.name!r} "
+                        f"(width {job.model.width}, options {job.model.options}): "
+                        f"{str(error).splitlines()[0]}") from None
+    return state, {"index": job.index, "seed": job.seed, "model": _dump(job.model),
+                   "recipe": "pretrained", "pretrained": str(path), "train_seconds": 0.0,
+                   "log": {}}
 
 
 @contextmanager

@@ -52,8 +52,9 @@ def resolve_size(size: int | float, total: int, name: str) -> int:
 
 
 def make_split(pool_size: int, population: int | float, holdout: int | float,
-               seed: int) -> Split:
-    """Seeded split of the pool into audited, population and holdout indices."""
+               seed: int, exclude: np.ndarray | None = None) -> Split:
+    """Seeded split of the pool into audited, population and holdout indices. Samples in
+    ``exclude`` (a pre-trained target's members) are never set aside: they stay audited."""
     n_population = resolve_size(population, pool_size, "data.population_size")
     n_holdout = resolve_size(holdout, pool_size, "data.holdout_size")
     if pool_size - n_population - n_holdout < 2:
@@ -62,6 +63,11 @@ def make_split(pool_size: int, population: int | float, holdout: int | float,
                           "lower data.population_size / data.holdout_size")
     order = np.random.default_rng(np.random.SeedSequence([seed, 0x53504C54])).permutation(
         pool_size)
+    if exclude is not None:  # excluded samples last, so they are never set aside
+        order = np.concatenate([order[~exclude[order]], order[exclude[order]]])
+        if n_population + n_holdout > int((~exclude).sum()):
+            raise ConfigError("the target's non-members are too few for data.population_size "
+                              "+ data.holdout_size; lower them")
     population_idx = np.sort(order[:n_population])
     holdout_idx = np.sort(order[n_population:n_population + n_holdout])
     audited_idx = np.sort(order[n_population + n_holdout:])
@@ -126,10 +132,10 @@ class Plan:
 
 
 def make_plan(protocol: str, num_models: int, split: Split, seed: int,
-              num_targets: int | None = None) -> Plan:
+              num_targets: int | None = None, target_members: np.ndarray | None = None) -> Plan:
     """rotation: a family of M models, each the target in turn (neural-ODE study).
-    fixed_target: a target on a random half plus the family of M = 2n references
-    (spiking-network study)."""
+    fixed_target: a target on a random half (or on ``target_members``, a pre-trained
+    target's training set) plus the family of M = 2n references (spiking-network study)."""
     audited = len(split.audited)
     family = np.zeros((num_models, split.pool_size), dtype=bool)
     family[:, split.audited] = balanced_keep(num_models, audited, seed)
@@ -137,7 +143,10 @@ def make_plan(protocol: str, num_models: int, split: Split, seed: int,
         return Plan(family, tuple(range(num_targets or num_models)), protocol, split)
     if protocol == "fixed_target":
         target = np.zeros((1, split.pool_size), dtype=bool)
-        target[0, split.audited] = target_row(audited, seed)
+        if target_members is None:
+            target[0, split.audited] = target_row(audited, seed)
+        else:
+            target[0] = target_members
         return Plan(np.vstack([target, family]), (0,), protocol, split)
     raise ConfigError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -123,8 +124,8 @@ def _import_path(path: str, kind: str) -> Any:
     """'package.module:attribute' -> the callable, with one clear error per failing step."""
     from miaudit.importpath import ImportPathError, import_callable
 
-    try:
-        return import_callable(path, what=kind)
+    try:  # the current folder too: a console script's sys.path does not hold it
+        return import_callable(path, what=kind, search_paths=[os.getcwd()])
     except ImportPathError as error:
         raise UnknownNameError(str(error)) from None
 
@@ -204,7 +205,7 @@ def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if not isinstance(spec, str):
         raise ConfigError(f"a spec is a string 'name:key=value' or a mapping, got {spec!r}")
     name, sep, rest = spec.partition(":")
-    if sep and "=" not in rest and "." in name:  # "package.module:attribute"
+    if sep and rest.strip() and "=" not in rest:  # an import path "package.module:attribute"
         return spec.strip(), {}
     options: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in rest.split(","))):

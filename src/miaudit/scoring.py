@@ -14,6 +14,7 @@ from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.config import Spec, attack_label, build_attack
 from miaudit.errors import ConfigError
+from miaudit.identity import array_digest
 from miaudit.io import text_digest, write_array, write_json
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import Results, Summary
@@ -145,10 +146,3 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
         results = publish(run, summary)
         render_plots(run.root, summary)
     return results
-
-
-def array_digest(array: np.ndarray) -> str:
-    import hashlib
-
-    array = np.ascontiguousarray(array)
-    return hashlib.sha256(str((array.dtype, array.shape)).encode() + array.tobytes()).hexdigest()
