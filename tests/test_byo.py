@@ -1,7 +1,6 @@
 """Bring your own: components by import path, entry-point plugins, a pre-trained target."""
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
