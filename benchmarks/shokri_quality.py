@@ -53,12 +53,14 @@ VARIANTS = {  # name -> (attack factory, attack-model factory)
     "sorted, gbdt100": (lambda: SortedShokri(classifier="gbdt"), gbdt(100, 0.1)),
     "shokri, gbdt100": (lambda: Shokri(classifier="gbdt"), gbdt(100, 0.1)),
     "shokri, gbdt30 depth3": (lambda: Shokri(classifier="gbdt"), gbdt(30, 0.2, 3)),
+    "shokri (default gbdt40)": (Shokri, default_make),
+    "shokri folds=4": (lambda: Shokri(folds=4), default_make),
+    "shokri folds=2": (lambda: Shokri(folds=2), default_make),
     "shokri, logistic": (lambda: Shokri(classifier="logistic"), default_make),
     "shokri, mlp": (lambda: Shokri(classifier="mlp"), default_make),
     "salem top-3, logistic": (lambda: ATTACKS.build("salem", classifier="logistic"),
                               default_make),
-    "salem top-3, gbdt100": (lambda: ATTACKS.build("salem", classifier="gbdt"),
-                             gbdt(100, 0.1)),
+    "salem top-3 (default gbdt40)": (lambda: ATTACKS.build("salem"), default_make),
 }
 
 

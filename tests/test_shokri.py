@@ -58,7 +58,7 @@ def test_shokri_uses_the_true_class_entry_that_salem_sorts_away():
     for classifier in ("logistic", "gbdt"):
         result = ATTACKS.build("shokri", classifier=classifier).evaluate(data, 0, refs)
         assert isinstance(result, AttackResult) and result.info == {
-            "classes_using_pooled_model": []}
+            "classes_using_pooled_model": [], "training_models": 7}
         assert metrics.summarize(result.scores, data.keep[0])["auc"] > 0.999
     salem = ATTACKS.build("salem", classifier="logistic").evaluate(data, 0, refs)
     assert abs(metrics.summarize(salem.scores, data.keep[0])["auc"] - 0.5) < 0.06
@@ -85,13 +85,34 @@ def test_a_class_without_contrast_uses_the_pooled_model():
     data = two_class_case(0.95, 0.7, seed=2)
     data.keep[:, data.labels == 1] = True  # class 1: every reference trained on it
     result = ATTACKS.build("shokri", classifier="logistic").evaluate(data, 0, np.arange(1, 8))
-    assert result.info == {"classes_using_pooled_model": [1]}
+    assert result.info["classes_using_pooled_model"] == [1]
     assert np.isfinite(result.scores).all()
+
+
+def test_folds_train_once_per_fold_and_never_on_the_target(monkeypatch):
+    """folds=2 over 8 models: targets 0, 2, 4, 6 share attack models trained on 1, 3, 5, 7
+    (the same scores as training on those references directly), and only 2 trainings run
+    for all 8 targets."""
+    data = two_class_case(0.95, 0.7, seed=3)
+    attack = ATTACKS.build("shokri", classifier="logistic", folds=2)
+    trainings = []
+    original = type(attack).attack_models
+    monkeypatch.setattr(type(attack), "attack_models",
+                        lambda self, d, refs, q: trainings.append(refs.tolist())
+                        or original(self, d, refs, q))
+    results = {t: attack.evaluate(data, t, np.delete(np.arange(8), t)) for t in range(8)}
+    assert trainings == [[1, 3, 5, 7], [0, 2, 4, 6]]
+    assert results[4].info["training_models"] == 4
+    direct = ATTACKS.build("shokri", classifier="logistic").score(data, 4, [1, 3, 5, 7])
+    np.testing.assert_array_equal(results[4].scores, direct)
+    with pytest.raises(ValueError, match="fold"):
+        attack.evaluate(data, 0, [2, 4])  # every reference is in target 0's fold
 
 
 @pytest.mark.parametrize("name, options, message", [
     ("shokri", {"classifier": "svm"}, "classifier"),
     ("shokri", {"max_rows": 0}, "max_rows"),
+    ("shokri", {"folds": 1}, "folds"),
     ("salem", {"top_k": 0}, "top_k"),
     ("salem", {"classifier": "forest"}, "classifier"),
 ])
