@@ -7,6 +7,8 @@ Conventions (Carlini et al. 2022, "Membership Inference Attacks From First Princ
   (scikit-learn's ``roc_curve`` with ``drop_intermediate=False``).
 * TPR at FPR level: interpolation-free, the largest TPR among thresholds whose FPR does not
   exceed the level. With n non-members, a level below 1/n allows no false positive at all.
+  ``tpr@<level>_measurable`` flags levels where only the "nobody" threshold is within budget
+  (the top tie group alone exceeds it), so the reported TPR of 0 is forced by ties.
 * Balanced ("inference") accuracy: the best threshold's (TPR + TNR) / 2, as in LiRA's code.
 * Confidence intervals on TPR@FPR: exact Clopper-Pearson 95% intervals for the member count
   above the chosen threshold, conditional on that threshold (they do not include the noise of
