@@ -24,8 +24,9 @@ from miaudit.registry import ATTACKS
 @ATTACKS.register("salem")
 class Salem(Attack):
     """Salem et al. 2019 (ML-Leaks, adversary 1): the reference models' posteriors, sorted in
-    decreasing order and cut to the top ``top_k`` (3 in the paper: "the top 3 posteriors
-    ... give the best performance", Sec. III-B), train ONE attack model for all classes (the
+    decreasing order and cut to the top ``top_k`` (3 in the paper, which reports that the
+    top 3 posteriors perform about as well as the full vector), train ONE attack model for
+    all classes (the
     sorting drops the class identity that Shokri et al.'s per-class models rely on); the
     target's sorted top-k posteriors are scored by its member probability.
 
