@@ -56,6 +56,8 @@ ATTACK_SPECS: dict[str, tuple[str, ...]] = {
     "rmia_simple": ("log_prob",),
     "dropout_search:attack=rmia_simple": ("log_prob",),
     "shokri": (),
+    "shokri:folds=4": (),
+    "salem": (),
 }
 
 

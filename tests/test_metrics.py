@@ -6,7 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from scipy.stats import binomtest
 from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sk_roc_curve
 
 from miaudit import metrics
 
@@ -87,6 +89,65 @@ def test_clopper_pearson_closed_forms():
     assert lo == pytest.approx(0.025 ** 0.1, rel=1e-6) and hi == 1.0
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_roc_equals_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    member = rng.random(300) < 0.3
+    scores = np.round(rng.normal(size=300) + member, 1 + seed)  # ties, then fewer ties
+    for ours, theirs in zip(metrics.roc_curve(scores, member),
+                            sk_roc_curve(member, scores, drop_intermediate=False)):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("trials", [1, 7, 50, 1797])
+def test_clopper_pearson_matches_binomtest(trials):
+    successes = np.unique(np.r_[0, 1, trials // 3, trials - 1, trials].clip(0, trials))
+    for confidence in (0.95, 0.99):
+        lower, upper = metrics.clopper_pearson_intervals(successes, trials, confidence)
+        for k, lo, hi in zip(successes, lower, upper):
+            exact = binomtest(int(k), trials).proportion_ci(confidence, method="exact")
+            assert lo == pytest.approx(exact.low, abs=1e-9)
+            assert hi == pytest.approx(exact.high, abs=1e-9)
+    assert metrics.clopper_pearson(0, trials)[0] == 0.0
+    assert metrics.clopper_pearson(trials, trials)[1] == 1.0
+
+
+def test_clopper_pearson_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="successes"):
+        metrics.clopper_pearson(5, 4)
+
+
+def test_measurable_flag_on_a_top_tie_group():
+    """Attack-R-like scores: 3 values. The top group {2} holds 20 members and 5 of the 100
+    non-members (FPR 5%), so no threshold but "nobody" reaches FPR <= 1%: TPR@1% is 0 only
+    by the tie and not measurable. At 10% the top group is allowed (TPR 20/100) but not the
+    next one {1} (FPR 25%)."""
+    member = np.r_[np.ones(100, bool), np.zeros(100, bool)]
+    scores = np.r_[np.full(20, 2.0), np.full(80, 1.0), np.full(5, 2.0), np.full(20, 1.0),
+                   np.full(75, 0.0)]
+    result = metrics.summarize(scores, member, fpr_levels=(0.01, 0.1))
+    assert result["tpr@1%"] == 0.0 and result["fpr@1%"] == 0.0
+    assert result["tpr@1%_measurable"] is False
+    assert result["tpr@10%"] == pytest.approx(0.2) and result["fpr@10%"] == pytest.approx(0.05)
+    assert result["tpr@10%_measurable"] is True
+    # Break the tie: the same members above every non-member make 1% reachable (TPR 20%).
+    scores[:20] = 3.0
+    result = metrics.summarize(scores, member, fpr_levels=(0.01,))
+    assert result["tpr@1%"] == pytest.approx(0.2) and result["tpr@1%_measurable"] is True
+
+
+def test_measurable_when_tpr_is_truly_zero():
+    """Members score lowest; the single top scorer is one non-member of 1,000. At 0.1% that
+    point (FPR 0.1%) is within budget, so TPR@0.1% = 0 is a real measurement. At 0.01%, below
+    1 / n_nonmembers, no real threshold is within budget: not measurable."""
+    member = np.r_[np.ones(50, bool), np.zeros(1000, bool)]
+    scores = np.r_[np.zeros(50), np.arange(1000.0) / 1000.0]
+    scores[50 + 999] = 5.0  # the single top scorer is a non-member
+    result = metrics.summarize(scores, member, fpr_levels=(1e-3, 1e-4))
+    assert result["tpr@0.1%"] == 0.0 and result["tpr@0.1%_measurable"] is True
+    assert result["tpr@0.01%"] == 0.0 and result["tpr@0.01%_measurable"] is False
+
+
 def test_summary_keys_intervals_and_json():
     rng = np.random.default_rng(0)
     member = rng.random(2000) < 0.5
@@ -100,6 +161,10 @@ def test_summary_keys_intervals_and_json():
         assert boot_lo <= boot_hi
     assert result["auc_ci_boot"][0] < result["auc"] < result["auc_ci_boot"][1]
     assert result == metrics.summarize(scores, member, bootstrap=50, seed=1)  # seeded
+    assert result["tpr@1%_measurable"] is True
+    assert list(result)[-2:] == ["n_members", "n_nonmembers"]
+    stats = metrics.aggregate([result, result])  # real summaries, bool keys included
+    assert stats["mean"]["auc"] == result["auc"] and "tpr@1%_measurable" not in stats["mean"]
 
 
 def test_null_scores_give_chance_metrics():
@@ -113,14 +178,17 @@ def test_null_scores_give_chance_metrics():
 
 
 def test_aggregate_hand_computed():
-    per_target = [{"auc": 0.6, "tpr@1%": 0.02, "tpr@1%_ci": [0.0, 0.1], "n_members": 10},
-                  {"auc": 0.8, "tpr@1%": 0.04, "tpr@1%_ci": [0.0, 0.2], "n_members": 12}]
+    per_target = [{"auc": 0.6, "tpr@1%": 0.02, "tpr@1%_ci": [0.0, 0.1], "n_members": 10,
+                   "tpr@1%_measurable": True},
+                  {"auc": 0.8, "tpr@1%": 0.04, "tpr@1%_ci": [0.0, 0.2], "n_members": 12,
+                   "tpr@1%_measurable": False}]
     stats = metrics.aggregate(per_target)
     assert set(stats) == {"mean", "std", "min", "max"}
     assert stats["mean"]["auc"] == pytest.approx(0.7)
     assert stats["std"]["auc"] == pytest.approx(np.sqrt(0.02))  # ddof=1: sqrt(2 * 0.1^2 / 1)
     assert stats["min"]["tpr@1%"] == 0.02 and stats["max"]["n_members"] == 12
     assert "tpr@1%_ci" not in stats["mean"]
+    assert "tpr@1%_measurable" not in stats["mean"]  # bools are flags, not numbers
     assert metrics.aggregate(per_target[:1])["std"]["auc"] == 0.0
 
 

@@ -7,6 +7,8 @@ Conventions (Carlini et al. 2022, "Membership Inference Attacks From First Princ
   (scikit-learn's ``roc_curve`` with ``drop_intermediate=False``).
 * TPR at FPR level: interpolation-free, the largest TPR among thresholds whose FPR does not
   exceed the level. With n non-members, a level below 1/n allows no false positive at all.
+  ``tpr@<level>_measurable`` flags levels where only the "nobody" threshold is within budget
+  (the top tie group alone exceeds it), so the reported TPR of 0 is forced by ties.
 * Balanced ("inference") accuracy: the best threshold's (TPR + TNR) / 2, as in LiRA's code.
 * Confidence intervals on TPR@FPR: exact Clopper-Pearson 95% intervals for the member count
   above the chosen threshold, conditional on that threshold (they do not include the noise of
@@ -21,9 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import binomtest
-from sklearn.metrics import auc as _trapezoid_auc
-from sklearn.metrics import roc_curve as _sk_roc_curve
+from scipy.special import betaincinv
 
 DEFAULT_FPR_LEVELS = (1e-5, 1e-3, 1e-2)
 CONFIDENCE = 0.95
@@ -46,15 +46,36 @@ def _check(scores: Any, is_member: Any) -> tuple[np.ndarray, np.ndarray]:
     return scores, is_member
 
 
+def _descending(scores: np.ndarray, is_member: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(-scores, kind="stable")
+    return scores[order], is_member[order]
+
+
+def _roc_of_sorted(scores: np.ndarray,
+                   is_member: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact ROC of scores already sorted in decreasing order.
+
+    Hand-written rather than scikit-learn's ``roc_curve`` (whose output it reproduces exactly,
+    pinned in the tests) because an audit computes ~450 ROCs and sklearn's input validation
+    cost more than the ROCs themselves; and because ``per_class`` reuses one sort for every
+    class (a class's rows, taken in the pooled order, are already sorted).
+    """
+    last_of_tie = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]
+    true_pos = np.cumsum(is_member)[last_of_tie]
+    false_pos = last_of_tie + 1 - true_pos
+    fpr = np.r_[0, false_pos] / false_pos[-1]
+    tpr = np.r_[0, true_pos] / true_pos[-1]
+    return fpr, tpr, np.r_[np.inf, scores[last_of_tie]]
+
+
 def roc_curve(scores: Any, is_member: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact ROC: (fpr, tpr, thresholds), one point per distinct score plus (0, 0) first.
 
-    Point k predicts "member" for every score >= thresholds[k]. Intermediate collinear points
-    are kept (``drop_intermediate=False``) because dropping them would change TPR@FPR.
+    Point k predicts "member" for every score >= thresholds[k] (thresholds[0] = inf: nobody).
+    Intermediate collinear points are kept (as scikit-learn's ``drop_intermediate=False``)
+    because dropping them would change TPR@FPR.
     """
-    scores, is_member = _check(scores, is_member)
-    fpr, tpr, thresholds = _sk_roc_curve(is_member, scores, drop_intermediate=False)
-    return fpr, tpr, thresholds
+    return _roc_of_sorted(*_descending(*_check(scores, is_member)))
 
 
 def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, level: float) -> float:
@@ -75,11 +96,31 @@ def level_name(level: float) -> str:
     return f"{level * 100:g}%"
 
 
+def clopper_pearson_intervals(successes: Any, trials: Any,
+                              confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (Clopper & Pearson 1934) two-sided intervals for binomial proportions, vectorized.
+
+    Closed form via beta quantiles: lower = B^-1(alpha/2; k, n - k + 1) (0 when k = 0), upper
+    = B^-1(1 - alpha/2; k + 1, n - k) (1 when k = n), alpha = 1 - confidence; the same
+    interval as scipy's ``binomtest(k, n).proportion_ci(method="exact")`` (pinned in the
+    tests), which finds it by root-finding at ~1 ms per call. ``betaincinv`` is the beta
+    quantile function (``scipy.stats.beta.ppf`` without its per-call argument handling).
+    """
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
+        raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {k}, {n}")
+    alpha = 1.0 - confidence
+    # a = 0 or b = 0 is outside the beta family; those entries are replaced by 0 and 1 below.
+    lower = betaincinv(np.maximum(k, 1.0), n - k + 1.0, alpha / 2.0)
+    upper = betaincinv(k + 1.0, np.maximum(n - k, 1.0), 1.0 - alpha / 2.0)
+    return np.where(k == 0, 0.0, lower), np.where(k == n, 1.0, upper)
+
+
 def clopper_pearson(successes: int, trials: int, confidence: float = CONFIDENCE) -> list[float]:
-    """Exact binomial interval for a proportion (scipy's ``binomtest``, method 'exact')."""
-    interval = binomtest(int(successes), int(trials)).proportion_ci(
-        confidence_level=confidence, method="exact")
-    return [float(interval.low), float(interval.high)]
+    """One exact binomial interval [lo, hi] (see :func:`clopper_pearson_intervals`)."""
+    lower, upper = clopper_pearson_intervals(int(successes), int(trials), confidence)
+    return [float(lower), float(upper)]
 
 
 def summarize(scores: Any, is_member: Any, fpr_levels: Sequence[float] = DEFAULT_FPR_LEVELS,
@@ -88,26 +129,47 @@ def summarize(scores: Any, is_member: Any, fpr_levels: Sequence[float] = DEFAULT
 
     Keys: ``auc``, ``balanced_accuracy``, ``tpr@<level>``, ``tpr@<level>_ci`` ([lo, hi],
     exact Clopper-Pearson), ``fpr@<level>`` (the FPR actually reached at that threshold),
-    ``n_members``, ``n_nonmembers``; with ``bootstrap > 0`` also ``tpr@<level>_ci_boot`` and
+    ``tpr@<level>_measurable`` (bool, see :func:`_summary_of_sorted`), ``n_members``,
+    ``n_nonmembers``; with ``bootstrap > 0`` also ``tpr@<level>_ci_boot`` and
     ``auc_ci_boot`` (percentile intervals over stratified resamples). Plain Python types only.
     """
     scores, is_member = _check(scores, is_member)
-    fpr, tpr, _ = roc_curve(scores, is_member)
-    n_members, n_nonmembers = int(is_member.sum()), int((~is_member).sum())
+    result = _summary_of_sorted(*_descending(scores, is_member), fpr_levels)
+    if bootstrap > 0:
+        counts = {key: result.pop(key) for key in ("n_members", "n_nonmembers")}
+        result.update(_bootstrap(scores, is_member, fpr_levels, bootstrap, seed))
+        result.update(counts)  # counts stay the last keys, as before
+    return result
+
+
+def _summary_of_sorted(scores: np.ndarray, is_member: np.ndarray,
+                       fpr_levels: Sequence[float]) -> dict[str, Any]:
+    """``summarize`` of scores sorted in decreasing order (no bootstrap).
+
+    ``tpr@<level>_measurable`` is False when the first real ROC point (the top tie group:
+    everyone holding the highest score) already exceeds the FPR level, so that the only
+    threshold within budget is "nobody" and TPR = 0 says nothing about the attack: with
+    scores taking few distinct values (Attack-R) the top group can hold many non-members. It
+    is also False at levels below 1 / n_nonmembers whenever the top score is a non-member's,
+    the sample-size limit of Carlini et al.'s low-FPR metric. The TPR itself stays 0.0 there,
+    so consumers that read only the number keep working.
+    """
+    fpr, tpr, _ = _roc_of_sorted(scores, is_member)
+    n_members = int(is_member.sum())
     result: dict[str, Any] = {
-        "auc": float(_trapezoid_auc(fpr, tpr)),
+        "auc": float(np.trapezoid(tpr, fpr)),
         "balanced_accuracy": float(np.max((tpr + 1.0 - fpr) / 2.0)),
     }
-    for level in fpr_levels:
+    picked = [_level_index(fpr, tpr, level) for level in fpr_levels]
+    lower, upper = clopper_pearson_intervals(np.round(tpr[picked] * n_members), n_members)
+    for position, (level, index) in enumerate(zip(fpr_levels, picked)):
         key = f"tpr@{level_name(level)}"
-        index = _level_index(fpr, tpr, level)
         result[key] = float(tpr[index])
-        result[f"{key}_ci"] = clopper_pearson(round(tpr[index] * n_members), n_members)
+        result[f"{key}_ci"] = [float(lower[position]), float(upper[position])]
         result[f"fpr@{level_name(level)}"] = float(fpr[index])
-    if bootstrap > 0:
-        result.update(_bootstrap(scores, is_member, fpr_levels, bootstrap, seed))
+        result[f"{key}_measurable"] = bool(fpr[1] <= level)
     result["n_members"] = n_members
-    result["n_nonmembers"] = n_nonmembers
+    result["n_nonmembers"] = int(len(is_member) - n_members)
     return result
 
 
@@ -121,8 +183,8 @@ def _bootstrap(scores: np.ndarray, is_member: np.ndarray, fpr_levels: Sequence[f
     draws["auc"] = []
     for _ in range(rounds):  # a loop over resamples; each resample is vectorized
         sample = np.r_[rng.choice(members, len(members)), rng.choice(nonmembers, len(nonmembers))]
-        fpr, tpr, _ = _sk_roc_curve(labels, sample, drop_intermediate=False)
-        draws["auc"].append(_trapezoid_auc(fpr, tpr))
+        fpr, tpr, _ = _roc_of_sorted(*_descending(sample, labels))
+        draws["auc"].append(np.trapezoid(tpr, fpr))
         for level in fpr_levels:
             draws[f"tpr@{level_name(level)}"].append(tpr_at_fpr(fpr, tpr, level))
     tail = (1.0 - CONFIDENCE) / 2.0 * 100.0
@@ -154,12 +216,19 @@ def aggregate(per_target: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def per_class(scores: Any, is_member: Any, labels: Any,
               fpr_levels: Sequence[float] = DEFAULT_FPR_LEVELS) -> dict[int, dict[str, Any]]:
     """``summarize`` restricted to each class. A class without members or without
-    non-members has only its counts (no metric is defined there)."""
+    non-members has only its counts (no metric is defined there).
+
+    The scores are sorted once: a class's rows, taken in the pooled decreasing order, are
+    already sorted, so each class's ROC needs no sort of its own."""
     scores = np.asarray(scores, dtype=np.float64)
     is_member = np.asarray(is_member).astype(bool)
     labels = np.asarray(labels)
     if labels.shape != scores.shape:
         raise ValueError(f"labels {labels.shape} do not match scores {scores.shape}")
+    if not np.isfinite(scores).all():
+        raise ValueError(f"scores contain {int((~np.isfinite(scores)).sum())} NaN/inf values")
+    order = np.argsort(-scores, kind="stable")
+    scores, is_member, labels = scores[order], is_member[order], labels[order]
     breakdown: dict[int, dict[str, Any]] = {}
     for label in np.unique(labels):  # loop over classes, each summary vectorized
         rows = labels == label
@@ -168,5 +237,5 @@ def per_class(scores: Any, is_member: Any, labels: Any,
             breakdown[int(label)] = {"n_members": int(members.sum()),
                                      "n_nonmembers": int((~members).sum())}
         else:
-            breakdown[int(label)] = summarize(scores[rows], members, fpr_levels)
+            breakdown[int(label)] = _summary_of_sorted(scores[rows], members, fpr_levels)
     return breakdown
