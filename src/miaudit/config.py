@@ -228,7 +228,7 @@ def build_output_defense(spec: Spec) -> Any:
 DEFAULT_QUERIES = ["identity", "shift:dx=1", "shift:dx=-1"]
 DEFAULT_ATTACKS: list[Spec] = [
     "loss", "correctness", "song_mittal:signal=confidence", "song_mittal:signal=entropy",
-    "song_mittal:signal=mentr", "watson", "shokri", "attack_p", "attack_r", "rmia_simple",
+    "song_mittal:signal=mentr", "watson", "shokri:folds=2", "attack_p", "attack_r", "rmia_simple",
     "rmia", "rmia:offline=true", "lira", "lira:fixed_variance=true", "lira:offline=true",
     "lira:offline=true,fixed_variance=true",
 ]

@@ -96,6 +96,11 @@ def level_name(level: float) -> str:
     return f"{level * 100:g}%"
 
 
+def tpr_key(level: float) -> str:
+    """The results key of the TPR at an FPR level: 1e-3 -> "tpr@0.1%"."""
+    return f"tpr@{level_name(level)}"
+
+
 def clopper_pearson_intervals(successes: Any, trials: Any,
                               confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
     """Exact (Clopper & Pearson 1934) two-sided intervals for binomial proportions, vectorized.

@@ -178,7 +178,7 @@ ATTACKS: Registry = Registry("attack", _modules("attacks", {
     "loss": "loss", "correctness": "song_mittal", "song_mittal": "song_mittal",
     "watson": "watson", "shokri": "shokri", "lira": "lira", "attack_p": "population",
     "attack_r": "reference", "rmia": "rmia", "rmia_simple": "rmia",
-    "dropout_search": "dropout_search"}))
+    "dropout_search": "dropout_search", "salem": "salem"}))
 OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("defenses", {
     "memguard": "memguard", "memguard_label_only": "memguard"}))
 ACCOUNTANTS: Registry = Registry("accountant", _modules("privacy", {

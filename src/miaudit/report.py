@@ -14,7 +14,8 @@ from miaudit import metrics
 from miaudit.io import read_array, save_figure
 from miaudit.rundir import RunDir, scores_name
 
-TABLE_KEYS = ("tpr@0.001%", "tpr@0.1%", "tpr@1%", "auc", "balanced_accuracy")
+TABLE_KEYS = (*(metrics.tpr_key(level) for level in metrics.DEFAULT_FPR_LEVELS), "auc",
+              "balanced_accuracy")
 
 
 def _percent(value: float) -> str:
@@ -22,6 +23,8 @@ def _percent(value: float) -> str:
 
 
 def _cell(attack: dict[str, Any], key: str, rotation: bool) -> str:
+    if attack["pooled"].get(f"{key}_measurable") is False:  # ties: no threshold fits the FPR
+        return "n/m (ties)"
     pooled = _percent(attack["pooled"][key])
     interval = attack["pooled"].get(f"{key}_ci")
     if interval is not None:
@@ -36,7 +39,8 @@ def attack_table(summary: dict[str, Any]) -> Table:
     rotation = len(summary["targets"]) > 1
     title = (f"{escape(summary['name'])}: {len(summary['targets'])} target(s), "
              f"{summary['num_models']} models")
-    caption = "percent; pooled over targets [95% CI]" + (
+    caption = "percent; pooled over targets [95% CI]; n/m: not measurable at that FPR " \
+        "(the top-scored tie group alone exceeds it)" + (
         "; second line: mean ± std across targets" if rotation else "")
     table = Table(title=title, caption=caption, show_lines=rotation)
     table.add_column("attack")
