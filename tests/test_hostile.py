@@ -263,6 +263,13 @@ def _alias_bomb(tmp_path):
     return ["-c", path]
 
 
+def _digits_with_data_dir(tmp_path):
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump({"data": {"name": "digits"},
+                                    "output_dir": str(tmp_path / "runs")}))
+    return ["-c", path, "--data-dir", tmp_path]
+
+
 def _file_under_file(tmp_path):
     (tmp_path / "somefile").write_text("")
     return ["--output-dir", tmp_path / "somefile" / "sub"]
@@ -287,8 +294,7 @@ BAD_INPUTS = {
     "num_targets under fixed_target": (lambda t: ["--protocol", "fixed_target", "--set",
                                                   "num_targets=1"], "num_targets"),
     "--data-dir for synthetic data": (lambda t: ["--data-dir", t], "data_dir"),
-    "--data-dir for digits": (lambda t: ["--dataset", "digits", "--model", "small_cnn",
-                                         "--data-dir", t], "data_dir"),
+    "--data-dir for digits": (_digits_with_data_dir, "data_dir"),
     "decompression bomb": (_bomb_folder, "999.png"),
     "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
     "YAML alias bomb": (_alias_bomb, "alias"),
@@ -380,7 +386,7 @@ def test_names_print_verbatim_and_long_paths_are_not_wrapped(tmp_path):
 def test_a_failed_audit_leaves_no_empty_run_directory(tmp_path):
     config_file = _config_file(tmp_path)
     for args in (["--lr", "1e6"],  # fails while training the first model
-                 ["--set", "model.options.hidden=[-3]"]):  # fails in the plan's dry build
+                 ["--queries", "flip"]):  # fails in the plan (image query, tabular data)
         result = _cli("audit", "-c", config_file, "--quiet", *args)
         assert result.exit_code == 2, result.output
         assert not (tmp_path / "runs").exists()
@@ -411,7 +417,7 @@ def test_temporaries_left_by_a_kill_are_swept_on_the_next_start(tmp_path):
     for path in [*leftovers, staging]:
         assert not path.exists(), path
     assert lock.exists()  # lock files are kept: another process may hold one
-    assert "removed 4 temporary" in console.file.getvalue()
+    assert "removed 5 temporary" in console.file.getvalue()
 
 
 # -- 9. report is read-only ------------------------------------------------------------------

@@ -36,6 +36,8 @@ def fail(error: object) -> typer.Exit:
     """Print a user error on one line (never parsed as markup, never wrapped mid-path) and
     return the exit to raise (code 2)."""
     message = " ".join(str(error).split("\n"))
+    # file names that are not UTF-8 (surrogate escapes) print as \xNN, never crash the print
+    message = message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
