@@ -28,9 +28,9 @@ from miaudit.errors import ConfigError
 from miaudit.registry import (
     ATTACKS,
     DATASETS,
+    MAX_OPTION_ITEMS,
     MODELS,
     OUTPUT_DEFENSES,
-    MAX_OPTION_ITEMS,
     PENALTIES,
     RECIPES,
     check_size,

@@ -223,7 +223,10 @@ def verified_record(folder: Path, record_name: str, identity: str,
     except RunDirError as error:
         _warn(f"{error}; recomputing it")
         return None
-    if record.get("identity") != identity:
+    if not {"identity", "sha256"} <= set(record):  # {} or cut short by hand: not ours to trust
+        _warn(f"{record_path} is incomplete (no identity or digest); recomputing it")
+        return None
+    if record["identity"] != identity:
         return None
     data_path = folder / data_name
     if not data_path.exists() or file_digest(data_path) != record.get("sha256"):

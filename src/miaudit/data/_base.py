@@ -15,7 +15,7 @@ def reject_data_dir(name: str, data_dir: object, reason: str) -> None:
     to audit the data in that folder, and an audit of other data with a warning scrolled
     past would be a wrong result that looks right."""
     if data_dir is not None:
-        raise ValueError(f"{name} {reason} and reads no data_dir (got {data_dir}); "
+        raise ValueError(f"it {reason} and reads no data_dir (got {data_dir}); "
                          "remove data_dir, or use imagefolder / tabular for your own files")
 
 
