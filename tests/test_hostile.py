@@ -395,6 +395,11 @@ def test_names_print_verbatim_and_long_paths_are_not_wrapped(tmp_path):
     result = _cli("audit", *image_config, "--quiet", "--data-dir", "data/[bold]x")
     assert result.exit_code == 2 and "data/[bold]x" in result.output, result.output
 
+    runs = tmp_path / "[red]runs"
+    result = _cli("audit", "-c", config_file, "--quiet", "--output-dir", runs)
+    assert result.exit_code == 0, result.output
+    assert f"run directory: {runs}/tiny-" in result.output
+
     deep = "data/" + "/".join(f"folder-number-{i:02d}" for i in range(12))
     result = _cli("audit", *image_config, "--quiet", "--data-dir", deep,
                   env={"COLUMNS": "80"})

@@ -101,11 +101,12 @@ class RunDir:
         manifest = self.root / "manifest.json"
         if manifest.exists():
             stored = read_json(manifest)
-            if "layout" not in stored or "run_identity" not in stored:  # {} or hand-edited
+            # layout 1 wrote a training_hash and no layout; {} (or a hand-cut file) is neither
+            layout = stored.get("layout", 1 if "training_hash" in stored else None)
+            if layout is None or (layout == LAYOUT and "run_identity" not in stored):
                 raise RunDirError(
                     f"{manifest} is incomplete (no layout or run_identity); delete it and rerun "
                     "the audit (models whose records match are reused)")
-            layout = stored["layout"]
             if layout != LAYOUT:
                 raise RunDirError(
                     f"{self.root} was written by an older miaudit (layout {layout}, this one "
