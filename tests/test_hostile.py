@@ -277,6 +277,12 @@ def _digits_with_data_dir(tmp_path):
     return ["-c", path, "--data-dir", tmp_path]
 
 
+def _set_alias_bomb(tmp_path):
+    levels = ["l0: &l0 [" + ", ".join(["x"] * 10) + "]"]
+    levels += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 6)]
+    return ["--set", "model.options={" + ", ".join(levels) + "}"]  # 10**6 items expanded
+
+
 def _file_under_file(tmp_path):
     (tmp_path / "somefile").write_text("")
     return ["--output-dir", tmp_path / "somefile" / "sub"]
@@ -305,6 +311,7 @@ BAD_INPUTS = {
     "decompression bomb": (_bomb_folder, "999.png"),
     "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
     "YAML alias bomb": (_alias_bomb, "alias"),
+    "YAML alias bomb in --set": (_set_alias_bomb, "--set model.options: more than"),
 }
 
 

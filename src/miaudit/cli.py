@@ -23,6 +23,7 @@ from miaudit.registry import (
     QUERIES,
     RECIPES,
     Registry,
+    check_size,
 )
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
@@ -66,6 +67,7 @@ def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
             overrides[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as error:
             raise MiauditError(f"--set {item!r}: the value is not valid YAML ({error})") from None
+        check_size(overrides[key.strip()], f"--set {key.strip()}")  # YAML alias bombs
     return overrides
 
 
