@@ -23,6 +23,7 @@ from miaudit.registry import (
     QUERIES,
     RECIPES,
     Registry,
+    check_size,
 )
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
@@ -36,6 +37,8 @@ def fail(error: object) -> typer.Exit:
     """Print a user error on one line (never parsed as markup, never wrapped mid-path) and
     return the exit to raise (code 2)."""
     message = " ".join(str(error).split("\n"))
+    # file names that are not UTF-8 (surrogate escapes) print as \xNN, never crash the print
+    message = message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
@@ -64,6 +67,7 @@ def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
             overrides[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as error:
             raise MiauditError(f"--set {item!r}: the value is not valid YAML ({error})") from None
+        check_size(overrides[key.strip()], f"--set {key.strip()}")  # YAML alias bombs
     return overrides
 
 

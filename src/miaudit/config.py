@@ -28,18 +28,22 @@ from miaudit.errors import ConfigError
 from miaudit.registry import (
     ATTACKS,
     DATASETS,
+    MAX_OPTION_ITEMS,
     MODELS,
     OUTPUT_DEFENSES,
     PENALTIES,
     RECIPES,
+    check_size,
     parse_spec,
 )
 from miaudit.training.engine import TrainParams
 
 Spec = str | dict[str, Any]
 MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit passes to models
-# The largest keep matrix x outputs an audit may plan (bytes); beyond, refuse with the numbers.
-MAX_OUTPUT_BYTES = 64 << 30
+# A config file expands to at most this many values: YAML aliases share one object, so a
+# "billion laughs" file of a few lines parses instantly but would expand into billions of
+# items in every later traversal (validation, dumps, identities). Counted with aliases expanded.
+MAX_CONFIG_ITEMS = 10 * MAX_OPTION_ITEMS
 
 __all__ = ["AuditConfig", "ConfigError", "load_config", "validate_config"]
 
@@ -77,6 +81,7 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _options(self) -> DataConfig:
+        check_size(self.options, "data.options")
         DATASETS.check_options(self.name, self.options, provided=("data_dir",))
         return self
 
@@ -96,6 +101,7 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _options(self) -> ModelConfig:
+        check_size(self.options, "model.options")
         MODELS.check_options(self.name, self.options, provided=MODEL_PROVIDED)
         return self
 
@@ -133,6 +139,7 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _components(self) -> TrainConfig:
+        check_size(self.recipe_options, "train.recipe_options")
         build_recipe(self)  # option names and values, before any training
         return self
 
@@ -365,6 +372,7 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
         source = Path(path)
         try:
             raw = yaml.safe_load(source.read_text()) or {}
+            check_size(raw, f"config file {source}", limit=MAX_CONFIG_ITEMS)
         except FileNotFoundError:
             raise ConfigError(f"config file {source} does not exist") from None
         except IsADirectoryError:

@@ -19,6 +19,7 @@ what is missing, stale (another identity) or damaged (digest mismatch).
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from collections.abc import Iterator
@@ -110,8 +111,11 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
     started = time.perf_counter()
     planned = plan_audit(cfg)
     run = RunDir(planned.run_dir)
-    with run.lock(wait=wait):
+    made_output_dir = not cfg.output_dir.exists()
+    with run.lock(wait=wait), _removed_if_failed(run, made_output_dir):
         swept = run.sweep()
+        if cfg.share_models:
+            swept += ModelCache(cfg.output_dir / "model_cache").sweep()
         if swept:
             console.print(f"[dim]removed {swept} temporary file(s) a killed run left[/dim]")
         run.claim(planned.run_identity, cfg.model_dump(mode="json"))
@@ -151,6 +155,25 @@ def write_reports(run: RunDir, planned: Audit, summary: dict[str, Any]) -> None:
     write_html_report(run.root, summary)
 
 
+@contextmanager
+def _removed_if_failed(run: RunDir, made_output_dir: bool) -> Iterator[None]:
+    """A run that fails before its first model is saved (a diverging first model, an error
+    found while training) leaves no empty run directory behind, nor the output directory it
+    created. Runs under the lock; a run directory that existed before is never touched."""
+    fresh = not (run.root / "manifest.json").exists()
+    try:
+        yield
+    except BaseException:
+        if fresh and not (run.root / "models").exists():
+            run.remove()
+            if made_output_dir:
+                try:
+                    run.root.parent.rmdir()  # only when empty: another run may have started
+                except OSError:
+                    pass
+        raise
+
+
 def _coerce_config(config: AuditConfig | dict[str, Any] | str | Path | None) -> AuditConfig:
     if isinstance(config, AuditConfig):
         return config
@@ -175,7 +198,10 @@ def resolve_device(name: str) -> torch.device:
 
 
 def load_pool(cfg: AuditConfig) -> Pool:
-    splits = DATASETS.build(cfg.data.name, data_dir=cfg.data.data_dir, **cfg.data.options)
+    try:
+        splits = DATASETS.build(cfg.data.name, data_dir=cfg.data.data_dir, **cfg.data.options)
+    except ValueError as error:  # loaders validate their option values that way
+        raise ConfigError(f"data set {cfg.data.name!r}: {error}") from None
     try:
         return make_pool(splits, cfg.data.pool, cfg.data.pool_size, cfg.seed)
     except ValueError as error:
@@ -267,12 +293,28 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
             if not build_query(spec).applies_to_tabular:
                 raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
                                   f"{cfg.data.name!r} is tabular; use identity or dropout")
-    models = cfg.num_models + (cfg.protocol == "fixed_target")
-    needed = models * len(pool) * len(cfg.queries) * pool.num_classes * 4 * 2
-    if needed > 64 << 30:
+    needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
+                                len(cfg.queries), pool.num_classes)
+    available = physical_memory_bytes()
+    if needed > available:
         raise ConfigError(f"num_models {cfg.num_models} x pool {len(pool)} x "
                           f"{len(cfg.queries)} queries x {pool.num_classes} classes needs about "
-                          f"{needed / 2**30:.0f} GiB for outputs and signals; lower one of them")
+                          f"{needed / 2**30:.1f} GiB to score (memberships, outputs, signals), "
+                          f"this machine has {available / 2**30:.1f} GiB; lower one of them")
+
+
+def score_memory_bytes(models: int, pool: int, queries: int, classes: int) -> int:
+    """Peak bytes of the score stage: the keep matrix (bool), every model's float32 outputs,
+    and the float64 signals the attacks derive from them (log-softmax over the classes)."""
+    return models * pool * (1 + queries * classes * (4 + 8))
+
+
+def physical_memory_bytes() -> int:
+    """The machine's physical memory (POSIX sysconf), or 64 GiB where it cannot be asked."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # not POSIX (Windows)
+        return 64 << 30
 
 
 def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig, TrainConfig]:

@@ -200,7 +200,7 @@ def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
         options = dict(spec)
         if "name" not in options:
             raise ConfigError(f"spec {spec!r} has no 'name'")
-        _check_size(options)
+        check_size(options)
         return str(options.pop("name")), options
     if not isinstance(spec, str):
         raise ConfigError(f"a spec is a string 'name:key=value' or a mapping, got {spec!r}")
@@ -216,15 +216,16 @@ def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return name.strip(), options
 
 
-def _check_size(value: Any) -> None:
-    """Refuse option structures that expand beyond MAX_OPTION_ITEMS items (YAML alias bombs)."""
+def check_size(value: Any, where: str = "options", limit: int = MAX_OPTION_ITEMS) -> None:
+    """Refuse structures that expand beyond ``limit`` items, aliases counted once per use
+    (YAML alias bombs); the walk stops at the limit, so a bomb costs ``limit`` steps."""
     stack, seen = [value], 0
     while stack:
         item = stack.pop()
         seen += 1
-        if seen > MAX_OPTION_ITEMS:
-            raise ConfigError(f"options hold more than {MAX_OPTION_ITEMS} items (a YAML alias "
-                              "bomb?); simplify them")
+        if seen > limit:
+            raise ConfigError(f"{where}: more than {limit} items once YAML aliases are "
+                              "expanded (an alias bomb?); simplify them")
         if isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):

@@ -80,7 +80,11 @@ def load_summary(run_root: Path) -> dict[str, Any]:
     if not path.exists():
         raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
     summary = read_json(path)
-    layout = summary.get("layout", 1)
+    # layout 1 wrote no layout key but had attacks; {} (or a hand-cut file) is neither
+    layout = summary.get("layout", 1 if "attacks" in summary else None)
+    if layout is None:
+        raise RunDirError(f"{path} is incomplete (no layout); rerun the audit to rebuild it "
+                          "(it reuses every trained model)")
     if layout != LAYOUT:
         raise RunDirError(f"{path} was written by an older miaudit (layout {layout}, this one "
                           f"reads {LAYOUT}); rerun the audit to rebuild it")

@@ -61,17 +61,32 @@ MODEL_RECORD = "model.json"
 @contextmanager
 def locked(path: Path, *, wait: bool, what: str) -> Iterator[None]:
     """Hold an exclusive advisory lock (fcntl) on ``path`` for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held across the yield below
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
+            handle.close()
             raise RunLockedError(f"another miaudit process is working in {what}; wait for it "
                                  "to finish, or pass --wait to queue behind it") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        if _same_file(handle, path):
+            break
+        # the holder removed the directory (a failed first run) while we waited: our lock is
+        # on a deleted file that a newcomer would not see; take the lock again on the new one
+        handle.close()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def _same_file(handle: Any, path: Path) -> bool:
+    try:
+        return os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
 
 
 class RunDir:
@@ -86,7 +101,12 @@ class RunDir:
         manifest = self.root / "manifest.json"
         if manifest.exists():
             stored = read_json(manifest)
-            layout = stored.get("layout", 1)
+            # layout 1 wrote a training_hash and no layout; {} (or a hand-cut file) is neither
+            layout = stored.get("layout", 1 if "training_hash" in stored else None)
+            if layout is None or (layout == LAYOUT and "run_identity" not in stored):
+                raise RunDirError(
+                    f"{manifest} is incomplete (no layout or run_identity); delete it and rerun "
+                    "the audit (models whose records match are reused)")
             if layout != LAYOUT:
                 raise RunDirError(
                     f"{self.root} was written by an older miaudit (layout {layout}, this one "
@@ -105,6 +125,10 @@ class RunDir:
     def sweep(self) -> int:
         """Remove temporaries a killed process left (call while holding the lock)."""
         return sweep_temporaries(self.root)
+
+    def remove(self) -> None:
+        """Delete the whole run directory (call while holding the lock: a failed first run)."""
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def write_plan(self, keep: np.ndarray, split: dict[str, np.ndarray]) -> None:
         write_array(self.root / "keep.npy", keep)
@@ -200,7 +224,10 @@ def verified_record(folder: Path, record_name: str, identity: str,
     except RunDirError as error:
         _warn(f"{error}; recomputing it")
         return None
-    if record.get("identity") != identity:
+    if not {"identity", "sha256"} <= set(record):  # {} or cut short by hand: not ours to trust
+        _warn(f"{record_path} is incomplete (no identity or digest); recomputing it")
+        return None
+    if record["identity"] != identity:
         return None
     data_path = folder / data_name
     if not data_path.exists() or file_digest(data_path) != record.get("sha256"):
@@ -263,6 +290,21 @@ class ModelCache:
         copy_file(source / data_rel, destination / data_rel)
         copy_file(record_path, destination / record_rel)
         return True
+
+    def sweep(self) -> int:
+        """Remove temporaries a killed process left in entries that nobody holds now (each
+        entry is swept under its own lock, taken without waiting); returns how many."""
+        removed = 0
+        if not self.root.is_dir():
+            return 0
+        for entry in {path.relative_to(self.root).parts[0]
+                      for path in self.root.rglob(f".*{TMP_SUFFIX}")}:
+            try:
+                with locked(self.root / f".{entry}.lock", wait=False, what=entry):
+                    removed += sweep_temporaries(self.root / entry)
+            except RunLockedError:
+                continue  # a live writer: its temporaries are not leftovers
+        return removed
 
     def store(self, key: str, record_rel: str, data_rel: str, source: Path) -> None:
         """Copy a (data, record) pair into the entry (data first, record last)."""

@@ -10,6 +10,15 @@ import torch
 from miaudit.errors import DataError
 
 
+def reject_data_dir(name: str, data_dir: object, reason: str) -> None:
+    """An error, not a warning, for a data_dir that a data set never reads: the user meant
+    to audit the data in that folder, and an audit of other data with a warning scrolled
+    past would be a wrong result that looks right."""
+    if data_dir is not None:
+        raise ValueError(f"it {reason} and reads no data_dir (got {data_dir}); "
+                         "remove data_dir, or use imagefolder / tabular for your own files")
+
+
 @dataclass
 class DataSplits:
     """A data set's official train and test parts, as float32 tensors in [0, 1]."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from miaudit.data._base import DataSplits
+from miaudit.data._base import DataSplits, reject_data_dir
 from miaudit.registry import DATASETS
 
 
@@ -15,6 +15,7 @@ from miaudit.registry import DATASETS
 def load_digits(*, data_dir: Path | None = None, test_fraction: float = 0.2,
                 seed: int = 0) -> DataSplits:
     """scikit-learn digits, 1x8x8 grey images in [0, 1]; no download needed."""
+    reject_data_dir("digits", data_dir, "is bundled with scikit-learn")
     from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()

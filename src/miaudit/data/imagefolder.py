@@ -104,12 +104,17 @@ def _open(path: str, mode: str, size: tuple[int, int] | None) -> np.ndarray:
     from PIL import Image
 
     try:
-        with Image.open(path) as image:
+        with Image.open(path) as image:  # pillow refuses above 2 x MAX_IMAGE_PIXELS itself
+            if image.width * image.height > (Image.MAX_IMAGE_PIXELS or float("inf")):
+                raise DataError(f"image {path} claims {image.width}x{image.height} pixels, "
+                                f"more than pillow's limit of {Image.MAX_IMAGE_PIXELS} (a "
+                                "decompression bomb?); remove or shrink it")
             image = image.convert(mode) if image.mode != mode else image
             if size is not None and image.size != (size[1], size[0]):
                 image = image.resize((size[1], size[0]), Image.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8)
-    except (OSError, ValueError, SyntaxError) as error:  # pillow's errors for bad files
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        # pillow's errors for bad files (a decompression bomb is none of the first three)
         raise DataError(f"cannot decode image {path}: {error}") from error
     return pixels[:, :, None] if pixels.ndim == 2 else pixels
 

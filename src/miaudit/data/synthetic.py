@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from miaudit.data._base import DataSplits
+from miaudit.data._base import DataSplits, reject_data_dir
 from miaudit.registry import DATASETS
 
 
@@ -16,6 +16,7 @@ def load_synthetic(*, data_dir: Path | None = None, n_train: int = 400, n_test: 
                    separation: float = 0.6, seed: int = 0) -> DataSplits:
     """Class-dependent Gaussian means plus noise, squashed to [0, 1]; ``shape`` may be a
     feature vector ``(D,)`` or an image ``(C, H, W)``."""
+    reject_data_dir("synthetic", data_dir, "is generated")
     generator = torch.Generator().manual_seed(seed)
     shape = tuple(shape)
     means = torch.randn((num_classes, *shape), generator=generator) * separation

@@ -36,6 +36,12 @@ def small_cnn(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
 def mlp(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
         hidden: tuple[int, ...] = (256, 128), dropout: float = 0.0) -> nn.Module:
     """Fully connected net with Tanh hidden layers (Shokri et al. 2017's tabular models)."""
+    if isinstance(hidden, (str, bytes)) or not all(
+            isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in hidden):
+        raise ValueError(f"mlp option 'hidden' must be a list of positive layer sizes, got "
+                         f"{hidden!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"mlp option 'dropout' must be in [0, 1), got {dropout!r}")
     features = 1
     for size in input_shape:
         features *= size

@@ -1,0 +1,469 @@
+"""Hostile conditions (issue 13): changed data, damaged files, kills, concurrent runs, bad
+input, markup in names, leftovers. Each test reproduces one way a user or the machine can
+break an audit and checks the promised outcome: a retrain, a warning naming the file, the old
+consistent table, one clear error line (exit 2) with nothing written."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import threading
+import time
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from rich.console import Console
+from typer.testing import CliRunner
+
+from conftest import tiny_audit
+from miaudit import pipeline
+from miaudit.cli import app
+from miaudit.config import validate_config
+from miaudit.errors import ConfigError
+from miaudit.rundir import RunDir
+
+
+@pytest.fixture(autouse=True)
+def _private_data_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MIAUDIT_CACHE_DIR", str(tmp_path / "decoded-cache"))
+
+
+def _quiet(config):
+    return pipeline.audit(validate_config(config), show_progress=False)
+
+
+def _run_dir(config) -> Path:
+    return pipeline.plan_audit(validate_config(config)).run_dir
+
+
+def _count_training(monkeypatch):
+    real, trained = pipeline.train_model, []
+
+    def counting(job, *args, **kwargs):
+        trained.append(job.index)
+        return real(job, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_model", counting)
+    return trained
+
+
+def _config_file(tmp_path, **overrides) -> Path:
+    path = tmp_path / "audit.yaml"
+    path.write_text(yaml.safe_dump(tiny_audit(tmp_path, **overrides)))
+    return path
+
+
+def _cli(*args, env=None):
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+def _png(path: Path, pixels: np.ndarray) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels.astype(np.uint8), mode="L").save(path)
+
+
+def _image_folder(root: Path, per_class: int = 12) -> Path:
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for label, name in enumerate(("a", "b")):
+            for i in range(per_class):
+                pixels = rng.integers(0, 80, (4, 4)) + 150 * label
+                _png(root / split / name / f"{i:03d}.png", pixels)
+    return root
+
+
+def _image_audit(tmp_path, root: Path) -> dict:
+    return tiny_audit(tmp_path, data={"name": "imagefolder", "data_dir": str(root),
+                                      "options": {"color": "grey"}})
+
+
+# -- 1. data identity ------------------------------------------------------------------------
+def test_changed_data_retrains_and_the_model_cache_serves_no_stale_model(tmp_path, monkeypatch):
+    trained = _count_training(monkeypatch)
+    config = tiny_audit(tmp_path)
+    _quiet(config)
+    assert trained == [0, 1, 2, 3]
+    trained.clear()
+    _quiet(config)
+    assert trained == []  # the null check: unchanged data reuses every model
+    config["data"]["options"]["separation"] = 0.5  # other synthetic data, same shapes
+    _quiet(config)
+    assert trained == [0, 1, 2, 3]
+
+    root = _image_folder(tmp_path / "images")
+    victim = root / "train" / "a" / "000.png"
+    _png(victim, np.full((4, 4), 7))
+    images = _image_audit(tmp_path, root)
+    trained.clear()
+    first = _quiet(images)
+    assert trained == [0, 1, 2, 3]
+    # other bytes under the same name, same size and (restored) modification time: the
+    # decoded-data cache must not serve the old pixels, the model cache not the old models
+    stat, size = victim.stat(), victim.stat().st_size
+    _png(victim, np.full((4, 4), 9))
+    assert victim.stat().st_size == size
+    os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    trained.clear()
+    second = _quiet(images)
+    assert trained == [0, 1, 2, 3]
+    assert second.run_dir != first.run_dir  # the data content is in the run identity too
+
+
+# -- 2. integrity ----------------------------------------------------------------------------
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # inside the tensor data: the file still parses
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_weights_and_outputs_are_detected_and_recomputed(tmp_path, monkeypatch):
+    config = tiny_audit(tmp_path)
+    reference = _quiet(config)
+    root = reference.run_dir
+    cache = tmp_path / "runs" / "model_cache"
+    for index in range(4):  # copies, never hard links, between the run and the cache
+        run_file = root / "models" / f"{index:04d}" / "weights.safetensors"
+        record = json.loads((run_file.parent / "model.json").read_text())
+        cached = cache / record["identity"] / "weights.safetensors"
+        assert cached.exists() and run_file.stat().st_ino != cached.stat().st_ino
+        assert run_file.stat().st_nlink == 1
+
+    weights = root / "models" / "0001" / "weights.safetensors"
+    outputs = next((root / "models" / "0000" / "outputs").glob("*.safetensors"))
+    intact = {path: path.read_bytes() for path in (weights, outputs)}
+    for path in intact:
+        _flip_byte(path)
+    with pytest.warns(RuntimeWarning) as caught:
+        again = _quiet(config)
+    messages = " ".join(str(w.message) for w in caught)
+    assert str(weights) in messages and str(outputs) in messages
+    for path, data in intact.items():
+        assert path.read_bytes() == data  # recomputed (or re-fetched) identically
+    assert again.attacks["lira"]["pooled"] == reference.attacks["lira"]["pooled"]
+
+    # damage in the cache never reaches a run: the damaged entry is refused, the model retrained
+    record = json.loads((root / "models" / "0002" / "model.json").read_text())
+    entry = cache / record["identity"] / "weights.safetensors"
+    _flip_byte(entry)
+    (root / "models" / "0002" / "model.json").unlink()
+    trained = _count_training(monkeypatch)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        _quiet(config)
+    assert trained == [2]
+    run_weights = root / "models" / "0002" / "weights.safetensors"
+    assert run_weights.read_bytes() != entry.read_bytes()
+    assert pipeline.RunDir(root).model_record(2, record["identity"]) is not None
+
+
+# -- 3. transactional scoring ----------------------------------------------------------------
+def test_a_kill_while_rescoring_keeps_the_old_consistent_results(tmp_path, monkeypatch):
+    config = tiny_audit(tmp_path)
+    root = _quiet(config).run_dir
+    before = _cli("report", root)
+    assert before.exit_code == 0, before.output
+    old = json.loads((root / "results.json").read_text())
+
+    calls = []
+
+    def killed(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # one attack scored and written, the next one killed
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    real = pipeline.attack_summary
+    monkeypatch.setattr(pipeline, "attack_summary", killed)
+    config["attacks"] = ["loss", "lira", "rmia"]
+    with pytest.raises(KeyboardInterrupt):
+        _quiet(config)
+    assert len(calls) == 2
+
+    after = _cli("report", root)
+    assert after.exit_code == 0, after.output
+    assert after.output == before.output
+    summary = json.loads((root / "results.json").read_text())
+    assert summary == old and (root / summary["scores_dir"]).is_dir()
+    assert sorted(p.name for p in root.glob("scores-*")) == [summary["scores_dir"]]
+    assert not list(root.glob(".scores-*"))
+
+
+# -- 4. concurrent runs ----------------------------------------------------------------------
+def test_a_second_process_is_refused_or_waits(tmp_path):
+    config_file = _config_file(tmp_path)
+    root = _run_dir(tiny_audit(tmp_path))
+    with RunDir(root).lock():
+        refused = _cli("audit", "-c", config_file, "--quiet")
+    assert refused.exit_code == 2
+    assert "--wait" in refused.output and len(refused.output.strip().splitlines()) == 1
+    assert not (root / "manifest.json").exists()
+
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with RunDir(root).lock():
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    started = time.perf_counter()
+    waited = _cli("audit", "-c", config_file, "--quiet", "--wait")
+    thread.join()
+    assert waited.exit_code == 0, waited.output
+    assert time.perf_counter() - started >= 0.9
+    assert (root / "results.json").exists()
+
+
+# -- 5. bad input ----------------------------------------------------------------------------
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` pixels (a decompression bomb: pillow
+    reads the size before any pixel)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+
+
+def _image_config(tmp_path, root: Path) -> list:
+    path = tmp_path / "images.yaml"
+    path.write_text(yaml.safe_dump(_image_audit(tmp_path, root)))
+    return ["-c", path]
+
+
+def _bomb_folder(tmp_path):
+    root = _image_folder(tmp_path / "images", per_class=3)
+    (root / "train" / "a" / "999.png").write_bytes(_png_header(20000, 20000))
+    return _image_config(tmp_path, root)
+
+
+def _undecodable_name(tmp_path):
+    root = _image_folder(tmp_path / "images", per_class=3)
+    name = os.path.join(os.fsencode(root / "train" / "a"), b"bad\xff.png")
+    with open(name, "wb") as stream:
+        stream.write(b"not a png")
+    return _image_config(tmp_path, root)
+
+
+def _alias_bomb(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    config = tiny_audit(tmp_path)
+    config["model"]["options"] = {"hidden": [32]}
+    text = "\n".join(lines) + "\n" + yaml.safe_dump(config)
+    text = text.replace("hidden:\n    - 32", "hidden:\n    - 32\n    extra: *a8")
+    assert "*a8" in text
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    return ["-c", path]
+
+
+def _digits_with_data_dir(tmp_path):
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump({"data": {"name": "digits"},
+                                    "output_dir": str(tmp_path / "runs")}))
+    return ["-c", path, "--data-dir", tmp_path]
+
+
+def _set_alias_bomb(tmp_path):
+    levels = ["l0: &l0 [" + ", ".join(["x"] * 10) + "]"]
+    levels += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 6)]
+    return ["--set", "model.options={" + ", ".join(levels) + "}"]  # 10**6 items expanded
+
+
+def _file_under_file(tmp_path):
+    (tmp_path / "somefile").write_text("")
+    return ["--output-dir", tmp_path / "somefile" / "sub"]
+
+
+BAD_INPUTS = {
+    "output dir under a file": (_file_under_file, "Not a directory"),
+    "-c a directory": (lambda t: ["-c", t], "is a directory"),
+    "--lr inf": (lambda t: ["--lr", "inf"], "train.lr"),
+    "--device cuda:abc": (lambda t: ["--device", "cuda:abc"], "cuda:abc"),
+    "--device mps": (lambda t: ["--device", "mps"], "MPS is not available"),
+    "--width inf": (lambda t: ["--width", "inf"], "model.width"),
+    "--num-models beyond memory": (lambda t: ["--num-models", "100000", "--set",
+                                              "data.options.n_train=200000"], "this machine has"),
+    "l1:weight=abc": (lambda t: ["--set", "train.penalties=['l1:weight=abc']"], "weight"),
+    "shift:dx=abc": (lambda t: ["--queries", "shift:dx=abc"], "dx"),
+    "lira with 2 models": (lambda t: ["--num-models", "2"], "reference models"),
+    "single-class data": (lambda t: ["--set", "data.options.num_classes=1"], "2"),
+    "pool size 2": (lambda t: ["--pool-size", "2"], "pool_size"),
+    "flip on tabular data": (lambda t: ["--queries", "flip"], "tabular"),
+    "--seed -1": (lambda t: ["--seed", "-1"], "seed"),
+    "num_targets under fixed_target": (lambda t: ["--protocol", "fixed_target", "--set",
+                                                  "num_targets=1"], "num_targets"),
+    "--data-dir for synthetic data": (lambda t: ["--data-dir", t], "data_dir"),
+    "--data-dir for digits": (_digits_with_data_dir, "data_dir"),
+    "decompression bomb": (_bomb_folder, "999.png"),
+    "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
+    "YAML alias bomb": (_alias_bomb, "alias"),
+    "YAML alias bomb in --set": (_set_alias_bomb, "--set model.options: more than"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_gives_one_clear_line_and_writes_nothing(tmp_path, case):
+    make_args, expected = BAD_INPUTS[case]
+    args = make_args(tmp_path)
+    base = [] if "-c" in args else ["-c", _config_file(tmp_path)]
+    started = time.perf_counter()
+    result = _cli("audit", *base, "--quiet", *args)
+    assert time.perf_counter() - started < 10
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert expected in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_option_dicts_are_bounded_when_given_as_python_objects(tmp_path):
+    bomb: list = ["x"] * 10
+    for _ in range(8):
+        bomb = [bomb] * 10  # shared like YAML aliases: 10**9 items once expanded
+    for field in ("model", "data", "train"):
+        config = tiny_audit(tmp_path)
+        key = "recipe_options" if field == "train" else "options"
+        config[field][key] = {**config[field].get(key, {}), "extra": bomb}
+        started = time.perf_counter()
+        with pytest.raises(ConfigError, match=f"{field}.{key}: more than"):
+            validate_config(config)
+        assert time.perf_counter() - started < 2
+
+
+def test_a_diverging_model_is_named_with_its_epoch(tmp_path):
+    result = _cli("audit", "-c", _config_file(tmp_path), "--quiet", "--lr", "1e6")
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "model 0 diverged" in line and "at epoch" in line
+    assert "lower train.lr" in line
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("finished")
+    config = tiny_audit(tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MIAUDIT_CACHE_DIR", str(tmp_path / "decoded-cache"))
+        results = pipeline.audit(validate_config(config), show_progress=False)
+    return tmp_path, config, results.run_dir
+
+
+@pytest.mark.parametrize("content", ['{"layout": 2, "run_', "{}", "[]"])
+@pytest.mark.parametrize("name", ["manifest.json", "results.json", "models/0001/model.json"])
+def test_truncated_or_empty_records_name_the_file_and_the_recovery(
+        finished_run, tmp_path, name, content):
+    import shutil
+
+    source, config, root = finished_run
+    runs = shutil.copytree(source / "runs", tmp_path / "runs")
+    root = runs / root.name
+    (root / name).write_text(content)
+    config = {**config, "output_dir": str(runs)}
+    if name == "results.json":
+        result = _cli("report", root)
+    else:
+        config_file = tmp_path / "audit.yaml"
+        config_file.write_text(yaml.safe_dump({**config, "share_models": False}))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = _cli("audit", "-c", config_file, "--quiet")
+        if name.endswith("model.json"):  # a model record is recomputed, with a warning
+            assert result.exit_code == 0, result.output
+            assert any(name in str(w.message) for w in caught)
+            assert json.loads((root / name).read_text())["identity"]
+            return
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert "\n" not in line and name in line
+    assert "older miaudit" not in line
+    assert "delete" in line or "rerun" in line
+
+
+# -- 6. rich markup --------------------------------------------------------------------------
+def test_names_print_verbatim_and_long_paths_are_not_wrapped(tmp_path):
+    config_file = _config_file(tmp_path)
+    result = _cli("audit", "-c", config_file, "--quiet", "--dataset", "[/x]")
+    assert result.exit_code == 2 and "'[/x]'" in result.output, result.output
+    image_config = _image_config(tmp_path, tmp_path / "nowhere")
+    result = _cli("audit", *image_config, "--quiet", "--data-dir", "data/[bold]x")
+    assert result.exit_code == 2 and "data/[bold]x" in result.output, result.output
+
+    runs = tmp_path / "[red]runs"
+    result = _cli("audit", "-c", config_file, "--quiet", "--output-dir", runs)
+    assert result.exit_code == 0, result.output
+    assert f"run directory: {runs}/tiny-" in result.output
+
+    deep = "data/" + "/".join(f"folder-number-{i:02d}" for i in range(12))
+    result = _cli("audit", *image_config, "--quiet", "--data-dir", deep,
+                  env={"COLUMNS": "80"})
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and deep in result.output
+
+
+# -- 7. failed configs leave nothing behind --------------------------------------------------
+def test_a_failed_audit_leaves_no_empty_run_directory(tmp_path):
+    config_file = _config_file(tmp_path)
+    for args in (["--lr", "1e6"],  # fails while training the first model
+                 ["--queries", "flip"]):  # fails in the plan (image query, tabular data)
+        result = _cli("audit", "-c", config_file, "--quiet", *args)
+        assert result.exit_code == 2, result.output
+        assert not (tmp_path / "runs").exists()
+    (tmp_path / "runs").mkdir()  # an existing output_dir stays, and holds nothing new
+    result = _cli("audit", "-c", config_file, "--quiet", "--lr", "1e6")
+    assert result.exit_code == 2
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+# -- 8. leftovers of a kill ------------------------------------------------------------------
+def test_temporaries_left_by_a_kill_are_swept_on_the_next_start(tmp_path):
+    config = tiny_audit(tmp_path)
+    root = _quiet(config).run_dir
+    cache = tmp_path / "runs" / "model_cache"
+    entry = next(p for p in cache.iterdir() if p.is_dir())
+    leftovers = [root / ".results.json.k1ll.tmp", root / "models" / "0000" / ".model.json.x.tmp",
+                 root / "models" / "0001" / "outputs" / ".abc.safetensors.y.tmp",
+                 entry / ".weights.safetensors.z.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"partial")
+    staging = root / ".scores-q7.tmp"
+    staging.mkdir()
+    (staging / "loss.npy").write_bytes(b"partial")
+    lock = cache / f".{entry.name}.lock"
+    lock.write_text("")
+    console = Console(file=io.StringIO(), width=200)
+    pipeline.audit(validate_config(config), console=console, show_progress=False)
+    for path in [*leftovers, staging]:
+        assert not path.exists(), path
+    assert lock.exists()  # lock files are kept: another process may hold one
+    assert "removed 5 temporary" in console.file.getvalue()
+
+
+# -- 9. report is read-only ------------------------------------------------------------------
+def _listing(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.stat().st_size)
+            for p in sorted(root.rglob("*"))}
+
+
+def test_report_modifies_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    root = _quiet(tiny_audit(tmp_path)).run_dir
+    before = _listing(runs)
+    time.sleep(0.01)
+    result = _cli("report", root)
+    assert result.exit_code == 0, result.output
+    assert "lira" in result.output
+    assert _listing(runs) == before
