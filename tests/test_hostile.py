@@ -22,7 +22,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import pipeline
+from miaudit import pipeline, scoring
 from miaudit.cli import app
 from miaudit.config import validate_config
 from miaudit.errors import ConfigError
@@ -179,8 +179,8 @@ def test_a_kill_while_rescoring_keeps_the_old_consistent_results(tmp_path, monke
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    real = pipeline.attack_summary
-    monkeypatch.setattr(pipeline, "attack_summary", killed)
+    real = scoring.attack_summary
+    monkeypatch.setattr(scoring, "attack_summary", killed)
     config["attacks"] = ["loss", "lira", "rmia"]
     with pytest.raises(KeyboardInterrupt):
         _quiet(config)
