@@ -465,6 +465,37 @@ def test_replace_finetune_from_weights_file_and_architecture_reload(digits, tmp_
         recipe.architecture(build_model("small_cnn", input_shape=(1, 8, 8), num_classes=10))
 
 
+def test_replace_finetune_frozen_backbone_does_not_change(digits):
+    """freeze_backbone=True: the reused part (stem, earlier groups, last group's downsampling;
+    parameters and BatchNorm statistics) is bit-identical after finetuning, while the SDE block
+    and the head train (paper A's post-processing argument, Corollary 4.2 / Fig. 7)."""
+    x, y = digits
+    params = TrainParams(epochs=1, batch_size=100, optimizer="sgd", lr=0.05, weight_decay=5e-4,
+                         schedule="constant")
+    torch.manual_seed(0)
+    base = tiny("resnet14")
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    recipe = ReplaceFinetune(pretrain_epochs=0, finetune_epochs=1, steps=2,
+                             stepper="euler_maruyama", freeze_backbone=True)
+    model, _ = recipe.train(base, x, y, params, TrainEnv(seed=0))
+    after = model.state_dict()
+    frozen = ("stem.", "stages.0.", "stages.1.", "stages.2.down.")
+    checked = [k for k in before if k.startswith(frozen)]
+    assert any("running_mean" in k for k in checked)
+    for key in checked:
+        torch.testing.assert_close(after[key], before[key], rtol=0, atol=0)
+    assert not torch.equal(after["head.4.weight"], before["head.4.weight"])
+    assert all(p.requires_grad for p in model.stages[-1].blocks.parameters())
+    # Sensitivity: without freezing the same run changes the stem.
+    torch.manual_seed(0)
+    free, _ = ReplaceFinetune(pretrain_epochs=0, finetune_epochs=1, steps=2,
+                              stepper="euler_maruyama").train(tiny("resnet14"), x, y, params,
+                                                              TrainEnv(seed=0))
+    assert not torch.equal(free.state_dict()["stem.0.weight"], before["stem.0.weight"])
+    with pytest.raises(ValueError, match="freeze_backbone"):
+        ReplaceFinetune(freeze_backbone="yes")
+
+
 # -- DP compatibility -----------------------------------------------------------------------
 def test_dp_incompatibilities_are_declared():
     assert dp_incompatibilities(tiny("odenet", solver="rk4")) == []
