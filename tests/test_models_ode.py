@@ -263,20 +263,22 @@ def test_additive_noise_variance_matches_the_convention(stepper, convention, T):
 
 
 def test_default_sdenet_is_the_studys_sigma_two():
-    """Paper A, Table 9 / Sec. 3: s = 16, T = 1, k = 0.5 -> sigma = k sqrt(s/T) = 2, which is
-    Theorem 4.1's sigma (total noise std over the block) in the default convention: per-step
-    increment std sigma / sqrt(s) = 0.5, diffusion coefficient sigma / sqrt(T) = 2."""
+    """Paper A, Table 9 / Sec. 3: s = 16, T = 1, k = 0.5 -> sigma = k sqrt(s/T) = 2. Default
+    convention: Oganesyan et al.'s increment W = k sqrt(dt) xi (per-step std 0.125, diffusion
+    k, Theorem 4.1's sigma k sqrt(T) = 0.5); "paper": Theorem 4.1's sigma = 2 (per-step std
+    sigma / sqrt(s) = 0.5, diffusion sigma / sqrt(T) = 2)."""
     params = tiny("sdenet", steps=16).sde_parameters()
     assert (params["k"], params["T"], params["steps"]) == (0.5, 1.0, 16)
-    assert params["convention"] == "paper" and params["stepper"] == "srk4"
-    assert params["sigma"] == pytest.approx(2.0)
-    assert params["sigma_theorem"] == pytest.approx(2.0)
-    assert params["diffusion"] == pytest.approx(2.0)
-    assert params["per_step_std"] == pytest.approx(0.5)
-    reference = tiny("sdenet", steps=16, convention="oganesyan").sde_parameters()
-    assert reference["sigma"] == pytest.approx(2.0)  # same Table-9 label ...
-    assert reference["per_step_std"] == pytest.approx(0.5 / 4)  # ... k sqrt(dt) per step
-    assert reference["sigma_theorem"] == pytest.approx(0.5)  # total std k sqrt(T)
+    assert params["convention"] == "oganesyan" and params["stepper"] == "srk4"
+    assert params["sigma"] == pytest.approx(2.0)  # the Table-9 label
+    assert params["per_step_std"] == pytest.approx(0.5 / 4)  # k sqrt(dt)
+    assert params["diffusion"] == pytest.approx(0.5)
+    assert params["sigma_theorem"] == pytest.approx(0.5)  # total std k sqrt(T)
+    paper = tiny("sdenet", steps=16, convention="paper").sde_parameters()
+    assert paper["sigma"] == pytest.approx(2.0)
+    assert paper["sigma_theorem"] == pytest.approx(2.0)
+    assert paper["diffusion"] == pytest.approx(2.0)
+    assert paper["per_step_std"] == pytest.approx(0.5)
 
 
 def test_sigma_table_and_theorem_mapping():
@@ -284,7 +286,16 @@ def test_sigma_table_and_theorem_mapping():
         assert NoiseSchedule(k=0.5, T=1.0, steps=steps).sigma == pytest.approx(sigma, abs=1e-3)
     # Table 9 row s = 8, T = 0.5, k = 0.5 -> sigma = 2.
     assert NoiseSchedule(k=0.5, T=0.5, steps=8).sigma == pytest.approx(2.0)
-    model = tiny("sdenet", sigma=2.0, T=4.0, steps=16)
+    model = tiny("sdenet", sigma=2.0, T=2.0, steps=16, convention="paper")
+    params = model.sde_parameters()
+    assert params["k"] == pytest.approx(2.0 * math.sqrt(2.0 / 16))
+    assert params["sigma_theorem"] == pytest.approx(2.0)
+    assert params["diffusion"] == pytest.approx(2.0 / math.sqrt(2.0))  # sigma / sqrt(T)
+    assert params["per_step_std"] == pytest.approx(0.5)  # sigma / sqrt(s)
+    reference = tiny("sdenet", sigma=2.0, T=2.0, steps=16).sde_parameters()
+    assert reference["diffusion"] == pytest.approx(reference["k"])  # oganesyan: g = k
+    assert reference["sigma_theorem"] == pytest.approx(reference["k"] * math.sqrt(2.0))
+    model = tiny("sdenet", sigma=2.0, T=4.0, steps=16, convention="paper")
     params = model.sde_parameters()
     assert params["k"] == pytest.approx(2.0 * math.sqrt(4.0 / 16))
     assert params["sigma_theorem"] == pytest.approx(2.0)

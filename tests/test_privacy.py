@@ -156,7 +156,7 @@ def test_nsde_bound_for_a_spectrally_normalized_sdenet():
     result = nsde.gdp_model_privacy(model, 8.0, 1e-5, distance=0.5)
     # Three SDE blocks in sequence: post-processing (paper A, Sec. 5.3), one composition.
     assert result.bound.iterations == 1
-    assert result.sigma_model == pytest.approx(0.5 * math.sqrt(4))  # k sqrt(s/T) at T = 1
+    assert result.sigma_model == pytest.approx(0.5)  # default convention: k sqrt(T)
     expected = nsde.gdp_epsilon(result.sigma_model, 1e-5, T=1.0,
                                 lipschitz=result.bound.lipschitz, distance=0.5, iterations=1)
     assert result.epsilon_model == pytest.approx(expected)
@@ -259,11 +259,13 @@ def test_sde_blocks_in_sequence_cost_nothing_extra():
     b = nsde.model_guarantee(nine, 1e-5, lipschitz=1.0)
     assert (a["n_sde_blocks"], b["n_sde_blocks"]) == (3, 9)
     assert a["epsilon_implied"] == b["epsilon_implied"]
-    # default convention: Theorem 4.1's sigma = k sqrt(s/T) = 0.5 sqrt(2) here
-    assert a["sigma"] == pytest.approx(0.5 * math.sqrt(2)) and a["lipschitz_source"] == "given"
-    reference = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2,
-                            convention="oganesyan")
-    assert nsde.model_guarantee(reference, 1e-5, lipschitz=1.0)["sigma"] == pytest.approx(0.5)
+    # default (Oganesyan) convention: Theorem 4.1's sigma = k sqrt(T) = 0.5
+    assert a["sigma"] == pytest.approx(0.5) and a["lipschitz_source"] == "given"
+    assert a["sde_convention"] == "oganesyan"
+    paper = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2,
+                        convention="paper")  # Theorem 4.1's sigma = k sqrt(s/T)
+    assert nsde.model_guarantee(paper, 1e-5, lipschitz=1.0)["sigma"] == pytest.approx(
+        0.5 * math.sqrt(2))
     with pytest.raises(ValueError, match="Lipschitz"):
         nsde.model_guarantee(one, 1e-5)
 

@@ -10,22 +10,34 @@ Noise conventions (option ``convention``; every quantity is reported by
 both label the configuration with the study's sigma = k sqrt(s / T) (paper A, Table 9: k = 0.5,
 T = 1, s = 16 -> sigma = 2, the study's default; s = 8 -> 1.41; s = 32 -> 2.83):
 
-- ``"paper"`` (default): the Table-9 sigma *is* Theorem 4.1's sigma. The block solves
+- ``"paper"``: the Table-9 sigma *is* Theorem 4.1's sigma. The block solves
   dh = f dt + (sigma / sqrt(T)) dB (paper A, Theorem 4.1), so the **diffusion coefficient** is
   g = sigma / sqrt(T) = k sqrt(s) / T, the **per-step increment** is W = g sqrt(dt) xi with
   std sigma / sqrt(s) = k / sqrt(T), and the noise added over the block sums to
-  N(0, sigma^2 I): ``sigma_theorem = sigma``. Default: per-step std 0.5, total std 2.
-- ``"oganesyan"``: the stochastic-RK4 reference code of Oganesyan et al. 2020, increment
+  N(0, sigma^2 I): ``sigma_theorem = sigma``. At k = 0.5, s = 16, T = 1: per-step std 0.5,
+  total std 2.
+- ``"oganesyan"`` (default): the stochastic-RK4 reference code of Oganesyan et al. 2020, increment
   W = k sqrt(dt) xi, i.e. diffusion coefficient g = k, per-step std k sqrt(T / s), total noise
   N(0, k^2 T I): ``sigma_theorem = k sqrt(T)`` (0.5 at the default), 1 / sqrt(s) of the
   Table-9 label. This is what running that code with the study's k gives.
 
 The two agree when s = 1 and T = 1. Map between them: per-step std ``paper`` / ``oganesyan`` =
-sqrt(s) / T. Why ``paper`` is the default, besides matching the theorem: Table 9's accuracies
-track the label sigma alone (every sigma = 2 row, from (s, T, k) = (8, 1, 0.71) to
+sqrt(s) / T.
+
+Which one the study ran is not stated; the evidence conflicts. For ``paper``: Table 9's
+accuracies track the label sigma alone (every sigma = 2 row, from (s, T, k) = (8, 1, 0.71) to
 (32, 0.125, 0.13), reaches 81.7-82.5% test accuracy; sigma = 4: 80.8-81.2%; 5.7: 79.7-80.1%;
-8: 77.2-77.4%), as the ``paper`` convention predicts (its total noise is sigma), while under
-``oganesyan`` the total noise k sqrt(T) of those sigma = 2 rows spans 0.05-0.71.
+8: 77.2-77.4%), while under ``oganesyan`` the total noise k sqrt(T) of those sigma = 2 rows
+spans 0.05-0.71. For ``oganesyan`` (the default): the study's code lineage (Oganesyan et al.'s
+SDENet), its label sigma = k / sqrt(T/s) = W / dt (the std of the noise added to the drift
+evaluation, f + sigma xi, which under Euler gives exactly W = k sqrt(dt) xi), and its accuracy:
+NSDE sigma = 2 is 2.5 points below NODE (Table 2, 81.9% vs 84.4%). Measured here (CIFAR-10,
+5,000 training / 1,000 test images, width 0.25, Euler(-Maruyama) 16 steps, 10 epochs SGD lr
+0.1 cosine, wd 5e-4, flip + crop; noise on at test): ODENet 46.6%; SDENet ``oganesyan`` 43.8%
+(2.8 points below, as in the study); SDENet ``paper`` 17.2% (29 points below; 14.9% without
+weight decay): total noise std 2 per block against unit-scale normalized features is far more
+than the study's 2.5-point cost. Use ``convention="paper"`` where the model must realise
+Theorem 4.1's sigma = 2 literally.
 
 Steppers, hand-written because torchsde has no stochastic RK4 (its strongest, ``srk``, is a
 different order-1.5 Ito scheme) and because a plain Python loop keeps Opacus's per-sample
@@ -70,6 +82,7 @@ STEPPERS = ("srk4", "euler_maruyama")
 
 
 CONVENTIONS = ("paper", "oganesyan")
+DEFAULT_CONVENTION = "oganesyan"  # see the module docstring: the accuracy check decided it
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ class NoiseSchedule:
     T: float = 1.0
     steps: int = 16
     stepper: str = "srk4"
-    convention: str = "paper"
+    convention: str = DEFAULT_CONVENTION
 
     def __post_init__(self) -> None:
         if not self.k >= 0:
@@ -126,7 +139,7 @@ class NoiseSchedule:
 
 def noise_schedule(k: float | None = None, sigma: float | None = None, T: float = 1.0,
                    steps: int = 16, stepper: str = "srk4",
-                   convention: str = "paper") -> NoiseSchedule:
+                   convention: str = DEFAULT_CONVENTION) -> NoiseSchedule:
     """From either ``k`` or the study's ``sigma`` = k sqrt(steps / T); k = 0.5 (sigma = 2 at
     T = 1, 16 steps) if neither is given."""
     if k is not None and sigma is not None:
@@ -271,16 +284,17 @@ def sde_block(channels: int, schedule: NoiseSchedule, norm: str = "batch",
 @MODELS.register("sdenet")
 def sdenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            k: float | None = None, sigma: float | None = None, T: float = 1.0, steps: int = 16,
-           stepper: str = "srk4", convention: str = "paper", blocks: int = 1,
+           stepper: str = "srk4", convention: str = DEFAULT_CONVENTION, blocks: int = 1,
            n_sde_blocks: int | None = None, deterministic_eval: bool = False,
            norm: str = "batch", ode_norm: str | None = None, spectral_norm: bool = False,
            stem_stride: int = 2) -> StagedNet:
     """SDENet: ODENet-16-32-64 (same stem and 32/64/128 groups) with additive noise in its
-    blocks; default k = 0.5, T = 1, s = 16 steps, i.e. the study's sigma = 2 (paper A, Table 9).
+    blocks; default k = 0.5, T = 1, s = 16 steps, i.e. the study's sigma = 2 (paper A, Table 9),
+    with Oganesyan et al.'s increment k sqrt(dt) xi (Theorem 4.1's sigma 0.5).
 
     Options: ``k`` (default 0.5) or ``sigma`` (= k sqrt(steps/T)), ``T``, ``steps``,
-    ``convention`` paper | oganesyan (module docstring), ``stepper`` srk4 | euler_maruyama,
-    ``blocks`` per group (1-3), ``n_sde_blocks``
+    ``convention`` oganesyan (default) | paper (module docstring), ``stepper`` srk4 |
+    euler_maruyama, ``blocks`` per group (1-3), ``n_sde_blocks``
     (the last n blocks are stochastic, the others deterministic; default all),
     ``deterministic_eval``, ``norm`` (skeleton) and ``ode_norm`` (drift; default ``norm``, or
     none with ``spectral_norm``), ``spectral_norm`` (Lipschitz-bounded drift), ``stem_stride``

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from miaudit.models.resnet import StagedNet
-from miaudit.models.sde import STEPPERS, noise_schedule, sde_block
+from miaudit.models.sde import DEFAULT_CONVENTION, STEPPERS, noise_schedule, sde_block
 from miaudit.registry import RECIPES
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 
@@ -98,7 +98,7 @@ class ReplaceFinetune(Recipe):
                  sigma: float | None = None, T: float = 1.0, steps: int = 16,
                  stepper: str = "srk4", deterministic_eval: bool = False,
                  spectral_norm: bool = False, ode_norm: str | None = None,
-                 convention: str = "paper", freeze_backbone: bool = False):
+                 convention: str = DEFAULT_CONVENTION, freeze_backbone: bool = False):
         super().__init__(penalties)
         if not isinstance(freeze_backbone, bool):
             raise ValueError(f"option 'freeze_backbone' must be true or false; "
