@@ -29,12 +29,15 @@ Risks of Neural ODEs"; transcribed in the reference notes)
   number of SDE blocks; nothing here composes per block.
 
 Which sigma: Theorem 4.1's sigma is the std of the noise a block adds over [0, T]
-(``sigma_theorem`` of :func:`miaudit.models.sde.sde_parameters`; = the study's sigma = 2 for
-the default SDENet, see :mod:`miaudit.models.sde` for the conventions).
+(``sigma_theorem`` of :func:`miaudit.models.sde.sde_parameters`): 0.5 for the default SDENet
+(Oganesyan et al.'s increment k sqrt(dt) xi, k = 0.5, T = 1), 2 = the study's label sigma with
+``convention="paper"``; see :mod:`miaudit.models.sde`. Paper A's sigma = 2 example (T = L = 1,
+delta = 1e-5) implies eps = 2.42, already outside the theorem's range.
 
 Alternative: exact GDP composition (our derivation, not the paper's)
 ---------------------------------------------------------------------
 :func:`gdp_sigma_bound` / :func:`gdp_epsilon` (``composition="gaussian"`` or ``"classic"``).
+
 Our derivation (per block, then over K compositions)
 ----------------------------------------------------
 Model. ``s`` Euler-Maruyama steps of dt = T / s:
