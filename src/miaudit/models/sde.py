@@ -33,11 +33,11 @@ SDENet), its label sigma = k / sqrt(T/s) = W / dt (the std of the noise added to
 evaluation, f + sigma xi, which under Euler gives exactly W = k sqrt(dt) xi), and its accuracy:
 NSDE sigma = 2 is 2.5 points below NODE (Table 2, 81.9% vs 84.4%). Measured here (CIFAR-10,
 5,000 training / 1,000 test images, width 0.25, Euler(-Maruyama) 16 steps, 10 epochs SGD lr
-0.1 cosine, wd 5e-4, flip + crop; noise on at test): ODENet 46.6%; SDENet ``oganesyan`` 43.8%
-(2.8 points below, as in the study); SDENet ``paper`` 17.2% (29 points below; 14.9% without
-weight decay): total noise std 2 per block against unit-scale normalized features is far more
-than the study's 2.5-point cost. Use ``convention="paper"`` where the model must realise
-Theorem 4.1's sigma = 2 literally.
+0.1 cosine, wd 5e-4, flip + crop; noise on at test; one seed): ODENet 46.6%; SDENet
+``oganesyan`` 43.8% (2.8 points below, as in the study; 39.7% with the srk4 stepper); SDENet
+``paper`` 17.2% (29 points below; 14.9% without weight decay): total noise std 2 per block
+against unit-scale normalized features costs far more than the study's 2.5 points. Use
+``convention="paper"`` where the model must realise Theorem 4.1's sigma = 2 literally.
 
 Steppers, hand-written because torchsde has no stochastic RK4 (its strongest, ``srk``, is a
 different order-1.5 Ito scheme) and because a plain Python loop keeps Opacus's per-sample
