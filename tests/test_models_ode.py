@@ -86,7 +86,8 @@ def test_odenet_solver_and_norm_options_run(options):
 @pytest.mark.parametrize(("name", "options", "word"), [
     ("odenet", {"solver": "midpoint"}, "solver"), ("odenet", {"steps": 0}, "steps"),
     ("odenet", {"blocks": 4}, "blocks"), ("resnet14", {"norm": "layer"}, "norm"),
-    ("odenet64", {"T": 0.0}, "T"), ("anode", {"augment": 0}, "augment"),
+    ("odenet64", {"T": 0.0}, "T"), ("anode", {"augment_channels": 0}, "augment_channels"),
+    ("odenet", {"stem_stride": 3}, "stem_stride"), ("sdenet", {"convention": "ito"}, "convention"),
     ("sdenet", {"stepper": "heun"}, "stepper"), ("sdenet", {"n_sde_blocks": 4}, "n_sde_blocks"),
     ("sdenet", {"k": 0.5, "sigma": 2.0}, "sigma"), ("sdenet", {"k": -1.0}, "k"),
     ("sdenet", {"spectral_norm": True, "ode_norm": "group"}, "ode_norm"),
@@ -96,6 +97,70 @@ def test_bad_options_name_the_option(name, options, word):
     shape = (8,) if word == "image" else (1, 8, 8)
     with pytest.raises(ValueError, match=word):
         build_model(name, input_shape=shape, num_classes=10, **options)
+
+
+# -- dimensions (paper A, Appendix A) ------------------------------------------------------
+def _conv(cin: int, cout: int, bias: bool = False) -> int:
+    return 9 * cin * cout + (cout if bias else 0)
+
+
+def _resnet14_count(c=(32, 64, 128), classes=10) -> int:
+    """Hand count: stem conv + BN; 3 pre-activation blocks (2 BN + 2 convs) per group; BN-ReLU-
+    conv stride-2 downsampling; head BN + linear."""
+    total = _conv(3, c[0]) + 2 * c[0]
+    total += sum(3 * (2 * _conv(ch, ch) + 4 * ch) for ch in c)
+    total += sum(2 * a + _conv(a, b) for a, b in zip(c, c[1:]))
+    return total + 2 * c[-1] + c[-1] * classes + classes
+
+
+def _odenet_count(c=(32, 64, 128), classes=10) -> int:
+    """As ResNet-14, one ODE function per group: 2 BN + 2 ConcatConv2d (t channel, bias)."""
+    blocks = sum(2 * _conv(ch + 1, ch, bias=True) + 4 * ch for ch in c)
+    resblocks = sum(3 * (2 * _conv(ch, ch) + 4 * ch) for ch in c)
+    return _resnet14_count(c, classes) - resblocks + blocks
+
+
+@pytest.mark.parametrize(("name", "options", "count"), [
+    ("resnet14", {}, 1_258_730), ("odenet", {}, 487_274), ("sdenet", {}, 487_274),
+    ("odenet64", {}, 209_290), ("anode", {}, 251_338),
+    ("anode", {"augment_channels": 64}, 432_778),
+])
+def test_width_one_parameter_counts_are_pinned(name, options, count):
+    model = build_model(name, input_shape=(3, 32, 32), num_classes=10, **options)
+    assert sum(p.numel() for p in model.parameters()) == count
+    if name == "resnet14":
+        assert count == _resnet14_count()
+    if name in ("odenet", "sdenet"):
+        assert count == _odenet_count()
+
+
+@pytest.mark.parametrize("name", ["resnet14", "odenet", "sdenet"])
+def test_resnet_and_ode_nets_share_stem_and_feature_map_sizes(name):
+    """Paper A, Appendix A: the same 3x3 stride-2 stem to 32 channels and groups at 32/64/128,
+    so 32x32 inputs give 32x16x16, 64x8x8, 128x4x4 maps in every model (and 8x8 digits give
+    4x4, 2x2, 1x1, never an empty map)."""
+    for shape, sizes in (((3, 32, 32), (16, 8, 4)), ((1, 8, 8), (4, 2, 1))):
+        model = build_model(name, input_shape=shape, num_classes=10, steps=1) if name != \
+            "resnet14" else build_model(name, input_shape=shape, num_classes=10)
+        stem = model.stem[0]
+        assert (stem.kernel_size, stem.stride, stem.out_channels) == ((3, 3), (2, 2), 32)
+        h = model.eval().stem(torch.zeros(1, *shape))
+        maps = []
+        for stage in model.stages:
+            h = stage(h)
+            maps.append(tuple(h.shape[1:]))
+        assert maps == [(32, sizes[0], sizes[0]), (64, sizes[1], sizes[1]),
+                        (128, sizes[2], sizes[2])]
+    full = build_model(name, input_shape=(1, 8, 8), num_classes=10, stem_stride=1,
+                       **({} if name == "resnet14" else {"steps": 1}))
+    assert full.stem(torch.zeros(1, 1, 8, 8)).shape[-1] == 8
+
+
+def test_anode_appends_the_requested_zero_channels():
+    model = build_model("anode", input_shape=(3, 32, 32), num_classes=10, augment_channels=64,
+                        steps=1).eval()
+    h = model.stages[0].down(model.stem(torch.rand(2, 3, 32, 32)))
+    assert h.shape[1] == 64 + 64 and h[:, 64:].abs().max() == 0
 
 
 # -- ResNet-as-Euler identity and solvers ----------------------------------------------------
@@ -182,23 +247,60 @@ def test_srk4_step_is_classical_rk4_without_noise_and_counts_four():
 
 # -- SDE noise --------------------------------------------------------------------------------
 @pytest.mark.parametrize("stepper", ["srk4", "euler_maruyama"])
-def test_additive_noise_variance_matches_sigma_convention(stepper):
-    """Zero drift: h(T) - h(0) = sum of increments ~ N(0, sigma^2 T) with sigma = k/sqrt(T/s)."""
+@pytest.mark.parametrize(("convention", "T"), [("paper", 1.0), ("paper", 0.5),
+                                               ("oganesyan", 0.5)])
+def test_additive_noise_variance_matches_the_convention(stepper, convention, T):
+    """Zero drift: h(T) - h(0) is the sum of the increments. Paper A's Theorem 4.1 SDE
+    dh = f dt + (sigma / sqrt(T)) dB adds N(0, sigma^2) with Table 9's sigma = k sqrt(s/T);
+    Oganesyan et al.'s W = k sqrt(dt) xi adds N(0, k^2 T)."""
     torch.manual_seed(0)
-    schedule = NoiseSchedule(k=0.5, T=1.0, steps=16, stepper=stepper)
-    assert schedule.sigma == pytest.approx(2.0)  # the study's Table 9
+    schedule = NoiseSchedule(k=0.5, T=T, steps=16, stepper=stepper, convention=convention)
+    expected = (0.5 * math.sqrt(16 / T)) ** 2 if convention == "paper" else 0.25 * T
     block = SDEBlock(Zero(), schedule).eval()
     out = block(torch.zeros(40_000))
-    assert out.var().item() == pytest.approx(schedule.sigma**2 * schedule.T, rel=0.03)
+    assert out.var().item() == pytest.approx(expected, rel=0.03)
+    assert schedule.sigma_theorem ** 2 == pytest.approx(expected)
+
+
+def test_default_sdenet_is_the_studys_sigma_two():
+    """Paper A, Table 9 / Sec. 3: s = 16, T = 1, k = 0.5 -> sigma = k sqrt(s/T) = 2. Default
+    convention: Oganesyan et al.'s increment W = k sqrt(dt) xi (per-step std 0.125, diffusion
+    k, Theorem 4.1's sigma k sqrt(T) = 0.5); "paper": Theorem 4.1's sigma = 2 (per-step std
+    sigma / sqrt(s) = 0.5, diffusion sigma / sqrt(T) = 2)."""
+    params = tiny("sdenet", steps=16).sde_parameters()
+    assert (params["k"], params["T"], params["steps"]) == (0.5, 1.0, 16)
+    assert params["convention"] == "oganesyan" and params["stepper"] == "srk4"
+    assert params["sigma"] == pytest.approx(2.0)  # the Table-9 label
+    assert params["per_step_std"] == pytest.approx(0.5 / 4)  # k sqrt(dt)
+    assert params["diffusion"] == pytest.approx(0.5)
+    assert params["sigma_theorem"] == pytest.approx(0.5)  # total std k sqrt(T)
+    paper = tiny("sdenet", steps=16, convention="paper").sde_parameters()
+    assert paper["sigma"] == pytest.approx(2.0)
+    assert paper["sigma_theorem"] == pytest.approx(2.0)
+    assert paper["diffusion"] == pytest.approx(2.0)
+    assert paper["per_step_std"] == pytest.approx(0.5)
 
 
 def test_sigma_table_and_theorem_mapping():
     for steps, sigma in ((8, 1.414), (16, 2.0), (32, 2.828)):
         assert NoiseSchedule(k=0.5, T=1.0, steps=steps).sigma == pytest.approx(sigma, abs=1e-3)
-    model = tiny("sdenet", sigma=2.0, T=4.0, steps=16)
+    # Table 9 row s = 8, T = 0.5, k = 0.5 -> sigma = 2.
+    assert NoiseSchedule(k=0.5, T=0.5, steps=8).sigma == pytest.approx(2.0)
+    model = tiny("sdenet", sigma=2.0, T=2.0, steps=16, convention="paper")
+    params = model.sde_parameters()
+    assert params["k"] == pytest.approx(2.0 * math.sqrt(2.0 / 16))
+    assert params["sigma_theorem"] == pytest.approx(2.0)
+    assert params["diffusion"] == pytest.approx(2.0 / math.sqrt(2.0))  # sigma / sqrt(T)
+    assert params["per_step_std"] == pytest.approx(0.5)  # sigma / sqrt(s)
+    reference = tiny("sdenet", sigma=2.0, T=2.0, steps=16).sde_parameters()
+    assert reference["diffusion"] == pytest.approx(reference["k"])  # oganesyan: g = k
+    assert reference["sigma_theorem"] == pytest.approx(reference["k"] * math.sqrt(2.0))
+    model = tiny("sdenet", sigma=2.0, T=4.0, steps=16, convention="paper")
     params = model.sde_parameters()
     assert params["k"] == pytest.approx(2.0 * math.sqrt(4.0 / 16))
-    assert params["sigma_theorem"] == pytest.approx(4.0)  # sigma sqrt(T)
+    assert params["sigma_theorem"] == pytest.approx(2.0)
+    assert params["diffusion"] == pytest.approx(1.0)  # sigma / sqrt(T)
+    assert params["per_step_std"] == pytest.approx(0.5)  # sigma / sqrt(s)
     assert params["n_sde_blocks"] == 3 and params["lipschitz_bound"] is None
     assert tiny("resnet14").sde_parameters() is None
 
@@ -254,7 +356,8 @@ def test_spectral_norm_gives_a_valid_lipschitz_bound():
     assert params["spectral_norm"] and params["lipschitz_bound"] == pytest.approx(9.0, rel=0.05)
     block = next(m for m in model.modules() if isinstance(m, SDEBlock)).eval()
     bound = drift_lipschitz_bound(block.func)
-    u, v = torch.randn(64, 4, 8, 8), torch.randn(64, 4, 8, 8)
+    channels = block.func.conv1.layer.out_channels
+    u, v = torch.randn(64, channels, 8, 8), torch.randn(64, channels, 8, 8)
     with torch.no_grad():
         ratio = ((block.func(0.3, u) - block.func(0.3, v)).flatten(1).norm(dim=1)
                  / (u - v).flatten(1).norm(dim=1))
@@ -373,6 +476,37 @@ def test_replace_finetune_from_weights_file_and_architecture_reload(digits, tmp_
         recipe.architecture(build_model("small_cnn", input_shape=(1, 8, 8), num_classes=10))
 
 
+def test_replace_finetune_frozen_backbone_does_not_change(digits):
+    """freeze_backbone=True: the reused part (stem, earlier groups, last group's downsampling;
+    parameters and BatchNorm statistics) is bit-identical after finetuning, while the SDE block
+    and the head train (paper A's post-processing argument, Corollary 4.2 / Fig. 7)."""
+    x, y = digits
+    params = TrainParams(epochs=1, batch_size=100, optimizer="sgd", lr=0.05, weight_decay=5e-4,
+                         schedule="constant")
+    torch.manual_seed(0)
+    base = tiny("resnet14")
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    recipe = ReplaceFinetune(pretrain_epochs=0, finetune_epochs=1, steps=2,
+                             stepper="euler_maruyama", freeze_backbone=True)
+    model, _ = recipe.train(base, x, y, params, TrainEnv(seed=0))
+    after = model.state_dict()
+    frozen = ("stem.", "stages.0.", "stages.1.", "stages.2.down.")
+    checked = [k for k in before if k.startswith(frozen)]
+    assert any("running_mean" in k for k in checked)
+    for key in checked:
+        torch.testing.assert_close(after[key], before[key], rtol=0, atol=0)
+    assert not torch.equal(after["head.4.weight"], before["head.4.weight"])
+    assert all(p.requires_grad for p in model.stages[-1].blocks.parameters())
+    # Sensitivity: without freezing the same run changes the stem.
+    torch.manual_seed(0)
+    free, _ = ReplaceFinetune(pretrain_epochs=0, finetune_epochs=1, steps=2,
+                              stepper="euler_maruyama").train(tiny("resnet14"), x, y, params,
+                                                              TrainEnv(seed=0))
+    assert not torch.equal(free.state_dict()["stem.0.weight"], before["stem.0.weight"])
+    with pytest.raises(ValueError, match="freeze_backbone"):
+        ReplaceFinetune(freeze_backbone="yes")
+
+
 # -- DP compatibility -----------------------------------------------------------------------
 def test_dp_incompatibilities_are_declared():
     assert dp_incompatibilities(tiny("odenet", solver="rk4")) == []
@@ -392,7 +526,7 @@ def _replayable_noise(model: nn.Module, batch: int) -> dict:
         def increment(like, block=block, calls=calls, tables=tables, block_id=block_id):
             key = (block_id, next(calls) % block.schedule.steps)
             if key not in tables:
-                tables[key] = block.schedule.k * torch.randn(batch, *like.shape[1:])
+                tables[key] = block.schedule.per_step_std * torch.randn(batch, *like.shape[1:])
             return tables[key][current["rows"]]
 
         block.increment = increment
@@ -424,6 +558,7 @@ def test_opacus_per_sample_gradients_of_noisy_sdenet():
     model.zero_grad()
     for block in model.modules():
         if isinstance(block, SDEBlock):
-            block.increment = lambda like, k=block.schedule.k: k * torch.randn_like(like)
+            block.increment = (lambda like, k=block.schedule.per_step_std:
+                               k * torch.randn_like(like))
     other = torch.autograd.grad(F.cross_entropy(model(x[:1]), y[:1]), params)
     assert not torch.allclose(other[0], singles[0][0], rtol=1e-3, atol=1e-5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import warnings
 
@@ -118,28 +119,28 @@ def test_nsde_mu_does_not_depend_on_solver_steps():
 
 def test_nsde_bound_inverts_and_is_monotone():
     base = dict(T=1.0, lipschitz=2.0, distance=1.0, iterations=4)
-    bound = nsde.sigma_bound(2.0, 1e-5, **base)
-    assert nsde.nsde_epsilon(bound.sigma, 1e-5, **base) == pytest.approx(2.0, rel=1e-6)
+    bound = nsde.gdp_sigma_bound(2.0, 1e-5, **base)
+    assert nsde.gdp_epsilon(bound.sigma, 1e-5, **base) == pytest.approx(2.0, rel=1e-6)
     assert bound.sigma == pytest.approx(math.sqrt(4) * 2.0 / accounting.gaussian_mu(2.0, 1e-5))
     for key, larger in (("T", 2.0), ("lipschitz", 3.0), ("distance", 2.0), ("iterations", 9)):
-        assert nsde.sigma_bound(2.0, 1e-5, **{**base, key: larger}).sigma > bound.sigma
-    assert nsde.sigma_bound(4.0, 1e-5, **base).sigma < bound.sigma
-    assert nsde.sigma_bound(2.0, 1e-3, **base).sigma < bound.sigma
+        assert nsde.gdp_sigma_bound(2.0, 1e-5, **{**base, key: larger}).sigma > bound.sigma
+    assert nsde.gdp_sigma_bound(4.0, 1e-5, **base).sigma < bound.sigma
+    assert nsde.gdp_sigma_bound(2.0, 1e-3, **base).sigma < bound.sigma
 
 
 def test_nsde_gaussian_bound_equals_opacus_prv_and_classic_is_looser():
     # K compositions at noise multiplier sigma / (T L D), no subsampling: PRV with q = 1.
     sigma, T, L, D, K = 3.0, 1.0, 1.5, 1.0, 5
-    ours = nsde.nsde_epsilon(sigma, 1e-5, T=T, lipschitz=L, distance=D, iterations=K)
+    ours = nsde.gdp_epsilon(sigma, 1e-5, T=T, lipschitz=L, distance=D, iterations=K)
     prv = accounting.epsilon(sigma / (T * L * D), 1.0, 1e-5, steps=K, accountant="prv")
     assert ours - 0.005 <= prv <= ours + 0.025
     for eps, k in ((0.5, 1), (2.0, 4), (0.9, 1)):
-        gauss = nsde.sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k)
-        classic = nsde.sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k,
+        gauss = nsde.gdp_sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k)
+        classic = nsde.gdp_sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k,
                                    composition="classic")
         assert classic.sigma > gauss.sigma
     with pytest.raises(ValueError, match="classic"):
-        nsde.sigma_bound(8.0, 1e-5, T=T, lipschitz=L, distance=D, composition="classic")
+        nsde.gdp_sigma_bound(8.0, 1e-5, T=T, lipschitz=L, distance=D, composition="classic")
 
 
 def test_nsde_training_epsilon_is_dpsgd_accounting():
@@ -152,16 +153,137 @@ def test_nsde_training_epsilon_is_dpsgd_accounting():
 def test_nsde_bound_for_a_spectrally_normalized_sdenet():
     model = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=4,
                         spectral_norm=True)
-    result = nsde.model_privacy(model, 8.0, 1e-5, distance=0.5)
-    assert result.bound.iterations == 3  # one composition per stochastic block
-    assert result.sigma_model == pytest.approx(0.5 * math.sqrt(4))  # k sqrt(steps)
-    expected = nsde.nsde_epsilon(result.sigma_model, 1e-5, T=1.0,
-                                 lipschitz=result.bound.lipschitz, distance=0.5, iterations=3)
+    result = nsde.gdp_model_privacy(model, 8.0, 1e-5, distance=0.5)
+    # Three SDE blocks in sequence: post-processing (paper A, Sec. 5.3), one composition.
+    assert result.bound.iterations == 1
+    assert result.sigma_model == pytest.approx(0.5)  # default convention: k sqrt(T)
+    expected = nsde.gdp_epsilon(result.sigma_model, 1e-5, T=1.0,
+                                lipschitz=result.bound.lipschitz, distance=0.5, iterations=1)
     assert result.epsilon_model == pytest.approx(expected)
     assert result.satisfied == (result.sigma_model >= result.bound.sigma)
     unbounded = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2)
     with pytest.raises(ValueError, match="Lipschitz"):
-        nsde.model_privacy(unbounded, 8.0, 1e-5, distance=0.5)
+        nsde.gdp_model_privacy(unbounded, 8.0, 1e-5, distance=0.5)
+
+
+# -- paper A: Theorem 4.1, Remark 1, Corollary 4.2, Sec. 5.3 ----------------------------------
+C_1E5 = math.sqrt(2 * math.log(1.25e5))  # sqrt(2 ln(1.25 / delta)) at delta = 1e-5: 4.8448
+
+
+def test_theorem41_pinned_values_in_both_forms():
+    """Paper A, Theorem 4.1 at eps 0.5, delta 1e-5, T = L = 1: the proof's Gaussian mechanism
+    gives sigma = c T L / eps = 9.690; the printed statement c (T L / eps)^2 = 19.379."""
+    base = dict(T=1.0, lipschitz=1.0)
+    assert nsde.DEFAULT_FORM == "proof"
+    assert nsde.theorem41_sigma(0.5, 1e-5, **base) == pytest.approx(9.690, abs=5e-4)
+    assert nsde.theorem41_sigma(0.5, 1e-5, form="printed", **base) == pytest.approx(19.379,
+                                                                                     abs=5e-4)
+    assert nsde.theorem41_sigma(0.5, 1e-5, **base) == pytest.approx(C_1E5 / 0.5)
+    # T L enters linearly (proof) or squared (printed).
+    assert nsde.theorem41_sigma(0.5, 1e-5, T=2.0, lipschitz=1.5) == pytest.approx(
+        3 * C_1E5 / 0.5)
+    assert nsde.theorem41_sigma(0.5, 1e-5, T=2.0, lipschitz=1.5, form="printed") == \
+        pytest.approx(C_1E5 * 36)
+
+
+def test_theorem41_inverse_and_validity_range():
+    """sigma = 2, T = L = 1 (the study's default SDENet) implies eps = sqrt(2 ln 1.25e5) / 2 =
+    2.42 > 1: outside Theorem 4.1's range 0 < eps < 1."""
+    eps = nsde.theorem41_epsilon(2.0, 1e-5, T=1.0, lipschitz=1.0)
+    assert eps == pytest.approx(2.4224, abs=5e-5) and not nsde.in_theorem_range(eps)
+    printed = nsde.theorem41_epsilon(2.0, 1e-5, T=1.0, lipschitz=1.0, form="printed")
+    assert printed == pytest.approx(math.sqrt(C_1E5 / 2.0))
+    for form in nsde.FORMS:
+        for target in (0.1, 0.5, 0.99):
+            sigma = nsde.theorem41_sigma(target, 1e-5, T=0.7, lipschitz=1.3, form=form)
+            assert nsde.theorem41_epsilon(sigma, 1e-5, T=0.7, lipschitz=1.3,
+                                          form=form) == pytest.approx(target)
+    for bad in (1.0, 2.0, 0.0):
+        with pytest.raises(ValueError, match="epsilon"):
+            nsde.theorem41_sigma(bad, 1e-5, T=1.0, lipschitz=1.0)
+    with pytest.raises(ValueError, match="form"):
+        nsde.theorem41_sigma(0.5, 1e-5, T=1.0, lipschitz=1.0, form="squared")
+
+
+def test_remark1_adds_the_quadrature_lipschitz_constant():
+    # Remark 1: Euler-Maruyama replaces T L_f by T L_f + L_eps.
+    plain = nsde.theorem41_sigma(0.5, 1e-5, T=1.0, lipschitz=2.0)
+    em = nsde.theorem41_sigma(0.5, 1e-5, T=1.0, lipschitz=2.0, l_eps=1.0)
+    assert em == pytest.approx(plain * 3 / 2)
+    assert nsde.theorem_sensitivity(0.5, 2.0, 0.25) == pytest.approx(1.25)
+
+
+def test_corollary42_strong_composition():
+    """Corollary 4.2: sigma = 4 sqrt(K ln(1.25/delta) ln(1/delta')) T L / eps' for
+    (eps', K delta + delta')-DP; it is Theorem 4.1's proof form at the per-iteration eps of
+    strong composition, eps' / (2 sqrt(2 K ln(1/delta'))) (Dwork & Roth, Cor. 3.21)."""
+    K, eps_p, d, d_p = 10, 0.5, 1e-5, 1e-6
+    sigma = nsde.corollary42_sigma(eps_p, d, d_p, K, T=1.0, lipschitz=1.0)
+    hand = 4 * math.sqrt(10 * math.log(1.25e5) * math.log(1e6)) / 0.5
+    assert sigma == pytest.approx(hand)
+    per_iteration = eps_p / (2 * math.sqrt(2 * K * math.log(1 / d_p)))
+    assert sigma == pytest.approx(nsde.theorem41_sigma(per_iteration, d, T=1.0, lipschitz=1.0))
+    assert nsde.corollary42_sigma(eps_p, d, d_p, 4 * K, T=1.0, lipschitz=1.0) == \
+        pytest.approx(2 * sigma)  # sqrt(K)
+    assert nsde.corollary42_epsilon(sigma, d, d_p, K, T=1.0, lipschitz=1.0) == \
+        pytest.approx(eps_p)
+    with pytest.raises(ValueError, match="epsilon_prime"):
+        nsde.corollary42_sigma(1.5, d, d_p, K, T=1.0, lipschitz=1.0)
+
+
+def test_nsde_guarantee_record_is_json_and_flags_the_range():
+    out = nsde.nsde_guarantee(2.0, 1.0, 1.0, 1e-5, epsilon=0.5, iterations=10,
+                              delta_prime=1e-6)
+    json.dumps(out)
+    assert out["form"] == "proof" and out["sigma"] == 2.0
+    assert out["epsilon_implied"] == pytest.approx(2.4224, abs=5e-5)
+    assert out["in_range"] is False
+    assert out["sigma_required"] == pytest.approx(9.690, abs=5e-4)
+    assert out["sigma_satisfied"] is False
+    assert out["corollary_delta"] == pytest.approx(10 * 1e-5 + 1e-6)
+    assert out["corollary_epsilon"] == pytest.approx(
+        nsde.corollary42_epsilon(2.0, 1e-5, 1e-6, 10, T=1.0, lipschitz=1.0))
+    ok = nsde.nsde_guarantee(20.0, 1.0, 1.0, 1e-5, form="printed", epsilon=0.5)
+    assert ok["in_range"] and ok["sigma_satisfied"]
+    assert ok["sigma_required"] == pytest.approx(19.379, abs=5e-4)
+    above = nsde.nsde_guarantee(20.0, 1.0, 1.0, 1e-5, epsilon=3.0)
+    assert above["sigma_required"] is None and above["sigma_satisfied"] is None
+
+
+def test_sde_blocks_in_sequence_cost_nothing_extra():
+    """Paper A, Sec. 5.3: several SDE blocks keep the same epsilon (post-processing)."""
+    one = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2)
+    nine = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2,
+                       blocks=3)
+    a = nsde.model_guarantee(one, 1e-5, lipschitz=1.0)
+    b = nsde.model_guarantee(nine, 1e-5, lipschitz=1.0)
+    assert (a["n_sde_blocks"], b["n_sde_blocks"]) == (3, 9)
+    assert a["epsilon_implied"] == b["epsilon_implied"]
+    # default (Oganesyan) convention: Theorem 4.1's sigma = k sqrt(T) = 0.5
+    assert a["sigma"] == pytest.approx(0.5) and a["lipschitz_source"] == "given"
+    assert a["sde_convention"] == "oganesyan"
+    paper = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2,
+                        convention="paper")  # Theorem 4.1's sigma = k sqrt(s/T)
+    assert nsde.model_guarantee(paper, 1e-5, lipschitz=1.0)["sigma"] == pytest.approx(
+        0.5 * math.sqrt(2))
+    with pytest.raises(ValueError, match="Lipschitz"):
+        nsde.model_guarantee(one, 1e-5)
+
+
+def test_cli_nsde_theorem_forms():
+    from typer.testing import CliRunner
+
+    from miaudit.privacy.cli import app as privacy_app
+
+    runner = CliRunner()
+    result = runner.invoke(privacy_app, ["nsde", "--epsilon", "0.5"])
+    assert result.exit_code == 0 and "9.6896" in result.output and "proof" in result.output
+    result = runner.invoke(privacy_app, ["nsde", "--epsilon", "0.5", "--form", "printed"])
+    assert result.exit_code == 0 and "19.3792" in result.output
+    result = runner.invoke(privacy_app, ["nsde", "--sigma", "2"])
+    assert result.exit_code == 0 and "2.4224" in result.output and "outside" in result.output
+    result = runner.invoke(privacy_app, ["nsde", "--epsilon", "2"])
+    assert result.exit_code != 0 and "range" in result.output
 
 
 # -- DP bounds on membership inference ----------------------------------------------------------
@@ -371,8 +493,10 @@ def test_cli_smoke(tmp_path):
     result = runner.invoke(privacy_app, ["plot", "-z", "1", "-q", "0.01", "--max-epochs", "5",
                                          "--points", "3", "-a", "gdp", "-o", str(out)])
     assert result.exit_code == 0 and out.stat().st_size > 1000
-    result = runner.invoke(privacy_app, ["nsde", "--epsilon", "2", "-L", "2", "-K", "4"])
-    sigma = nsde.sigma_bound(2.0, 1e-5, T=1.0, lipschitz=2.0, distance=1.0, iterations=4).sigma
+    result = runner.invoke(privacy_app, ["nsde", "--bound", "gdp", "--epsilon", "2", "-L", "2",
+                                         "-K", "4"])
+    sigma = nsde.gdp_sigma_bound(2.0, 1e-5, T=1.0, lipschitz=2.0, distance=1.0,
+                                 iterations=4).sigma
     assert result.exit_code == 0 and f"{sigma:.4f}" in result.output
     result = runner.invoke(privacy_app, ["epsilon", "-z", "1", "-e", "1"])  # no sample rate
     assert result.exit_code != 0

@@ -219,7 +219,31 @@ def test_ann2snn_stages_follow_the_paper():
     assert [p.epochs for _, p in stages] == [7, 5, 3, 3]
     assert stages[0][1].optimizer == "adam" and stages[0][1].lr == 0.1
     for _, p in stages[1:]:
-        assert (p.optimizer, p.lr, p.momentum, p.schedule) == ("sgd", 1e-3, 0.9, "cosine")
+        # paper C Sec. 5.1.1: surrogate-gradient SNN training at lr 5e-3
+        assert (p.optimizer, p.lr, p.momentum, p.schedule) == ("sgd", 5e-3, 0.9, "cosine")
+
+
+def test_membrane_readout_is_the_sum_of_the_per_step_outputs():
+    """Paper C's output: the final membrane potential of a non-leaky output layer fed the
+    classifier's output at each step, u_T = sum_t o_t (from u_0 = 0); the mean is u_T / T."""
+    torch.manual_seed(0)
+    mean = build("snn_cnn", T=3)
+    membrane = build("snn_cnn", T=3, readout="membrane")
+    membrane.load_state_dict(mean.state_dict())
+    mean.eval(), membrane.eval()
+    x = torch.rand(5, 1, 8, 8)
+    with torch.no_grad():
+        per_step = mean.features(x.repeat(3, 1, 1, 1)).view(3, 5, -1)
+        u = torch.zeros(5, per_step.shape[-1])
+        for t in range(3):  # brute-force non-leaky integration
+            u = u + per_step[t]
+        torch.testing.assert_close(membrane(x), u)
+        torch.testing.assert_close(mean(x), u / 3)
+        # Sensitivity: softmax confidences differ (a temperature of 1 / T), argmax does not.
+        assert not torch.allclose(membrane(x).softmax(1), mean(x).softmax(1))
+        assert torch.equal(membrane(x).argmax(1), mean(x).argmax(1))
+    with pytest.raises(ValueError, match="readout"):
+        build("snn_cnn", readout="last")
 
 
 # --- training ----------------------------------------------------------------------------------

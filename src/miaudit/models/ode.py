@@ -1,9 +1,11 @@
 """Neural-ODE image classifiers of the neural-ODE membership study, integrated with torchdiffeq.
 
-- ``odenet``: ODENet-16-32-64, the ResNet skeleton of Oganesyan et al. 2020 ("Stochasticity in
-  neural ODEs") with ODE blocks instead of residual groups.
+- ``odenet``: ODENet-16-32-64, ResNet-14's skeleton (stride-2 stem, groups at 32/64/128 as
+  paper A's Appendix A gives them; Oganesyan et al. 2020's layout) with ODE blocks instead of
+  residual groups.
 - ``odenet64``: Chen et al. 2018's classifier: downsampling stem, one ODE block at width 64.
-- ``anode``: ``odenet64`` with k zero channels appended before the block (Dupont et al. 2019).
+- ``anode``: ``odenet64`` with k zero channels appended before the block (Dupont et al. 2019;
+  paper A's Table 7 runs k = 16 and k = 64: option ``augment_channels``).
 - ``sonode``: second order, y' = v, v' = f(t, [y, v]) (Norcliffe et al. 2020).
 - ``hbnode``: heavy ball, theta' = -m, m' = f(t, theta) - sigmoid(gamma) m, gamma learnable,
   init -3 (Xia et al. 2021, eq. 5 and their image model).
@@ -34,6 +36,7 @@ from miaudit.models.resnet import (
     Stage,
     StagedNet,
     check_norm,
+    cifar_stem,
     image_channels,
     norm_layer,
     staged_layout,
@@ -208,36 +211,41 @@ def _solver(solver: str, steps: int, T: float, adjoint: bool, rtol: float, atol:
                   atol=atol)
 
 
-def odenet_stem(cin: int, channels: int, norm: str) -> nn.Sequential:
-    """conv3x3 -> norm -> ReLU at full resolution (Oganesyan et al.'s CIFAR stem)."""
-    return nn.Sequential(nn.Conv2d(cin, channels, 3, padding=1, bias=False),
-                         norm_layer(norm, channels), nn.ReLU())
-
-
 @MODELS.register("odenet")
 def odenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            blocks: int = 1, solver: str = "euler", steps: int = 16, T: float = 1.0,
            adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
-           atol: float = 1e-3) -> StagedNet:
-    """ODENet-16-32-64: stem, three groups of ``blocks`` ODE blocks at 16/32/64 channels.
+           atol: float = 1e-3, stem_stride: int = 2) -> StagedNet:
+    """ODENet-16-32-64: ResNet-14's skeleton with ``blocks`` ODE blocks per group.
+
+    Dimensions as paper A's Appendix A gives them for ResNet-14 and ODENet alike: the same
+    conv3x3 stride-2 stem to 32 channels (:func:`miaudit.models.resnet.cifar_stem`) and groups
+    at 32/64/128 channels (x ``width``). The study's name "ODENet-16-32-64" is kept although
+    its appendix lists 32/64/128; with one Euler step of size 1 each block equals a
+    pre-activation residual block, so ``odenet`` and ``resnet14`` differ only in the blocks.
 
     Options: ``blocks`` (1-3 per group), ``solver`` euler | rk4 | dopri5, ``steps`` (fixed-step
     solvers; step T/steps), ``T``, ``adjoint``, ``norm`` batch | group | none, ``rtol``/``atol``
-    (dopri5)."""
+    (dopri5), ``stem_stride`` 2 (paper) or 1."""
     cin = image_channels(input_shape, "odenet")
     check_norm(norm)
     if blocks not in (1, 2, 3):
         raise ValueError(f"option 'blocks' (ODE blocks per group) must be 1, 2 or 3; "
                          f"got {blocks!r}")
     integrator = _solver(solver, steps, T, adjoint, rtol, atol)
-    widths = [scaled(c, width) for c in (16, 32, 64)]
+    widths = odenet_widths(width)
 
     def make_blocks(channels: int) -> nn.Sequential:
         return nn.Sequential(*[ODEBlock(ODEFunc(channels, norm=norm), integrator)
                                for _ in range(blocks)])
 
-    return staged_layout(cin, widths, make_blocks, norm, odenet_stem(cin, widths[0], norm),
-                         num_classes)
+    return staged_layout(cin, widths, make_blocks, norm,
+                         cifar_stem(cin, widths[0], norm, stem_stride), num_classes)
+
+
+def odenet_widths(width: float) -> list[int]:
+    """Group widths 32/64/128 x ``width`` (paper A, Appendix A; shared by SDENet)."""
+    return [scaled(c, width) for c in (32, 64, 128)]
 
 
 def downsampling_stem(cin: int, channels: int, norm: str) -> nn.Sequential:
@@ -276,15 +284,17 @@ def odenet64(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1
 
 @MODELS.register("anode")
 def anode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
-          augment: int = 10, solver: str = "euler", steps: int = 16, T: float = 1.0,
+          augment_channels: int = 16, solver: str = "euler", steps: int = 16, T: float = 1.0,
           adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
           atol: float = 1e-3) -> StagedNet:
-    """ANODE (Dupont et al. 2019): ODENet-64 with ``augment`` zero channels appended.
+    """ANODE (Dupont et al. 2019): ODENet-64 with ``augment_channels`` zero channels appended.
 
-    Options: ``augment`` (k >= 1 extra channels, not scaled by width), and odenet64's."""
+    Options: ``augment_channels`` (k >= 1 extra channels, not scaled by width; paper A's Table 7
+    uses 16 (default) and 64), and odenet64's."""
+    augment = augment_channels
     if not isinstance(augment, int) or augment < 1:
-        raise ValueError(f"option 'augment' (zero channels) must be a positive integer; "
-                         f"got {augment!r}")
+        raise ValueError(f"option 'augment_channels' (zero channels) must be a positive "
+                         f"integer; got {augment!r}")
     integrator = _solver(solver, steps, T, adjoint, rtol, atol)
     return _single_block_net("anode", input_shape, num_classes, width, norm,
                              lambda c: ODEBlock(ODEFunc(c, norm=norm), integrator), augment)

@@ -6,11 +6,12 @@ a sequence of blocks) -> ``head`` (norm, ReLU, global average pool, linear). Kee
 parts as named attributes lets replace-then-finetune swap the blocks of the last stage
 (:mod:`miaudit.training.replace_finetune`) and lets the ODE/SDE nets reuse the layout.
 
-ResNet-14 ("Understanding and Mitigating Membership Inference Risks of Neural ODEs"): stem conv
-(C -> 32, stride 2) + norm, three groups of three pre-activation residual blocks (He et al.
-2016, "Identity mappings": norm-ReLU-conv-norm-ReLU-conv + identity) at 32, 64, 128 channels,
-norm-ReLU-strided conv downsampling between groups (the downsampling block of Oganesyan et al.
-2020's CIFAR skeleton), then the head.
+ResNet-14 ("Understanding and Mitigating Membership Inference Risks of Neural ODEs", Appendix A):
+stem conv3x3 (C -> 32, stride 2) + norm (:func:`cifar_stem`, shared with ODENet/SDENet so that
+ResNet-vs-ODE comparisons run at the same resolution), three groups of three pre-activation
+residual blocks (He et al. 2016, "Identity mappings": norm-ReLU-conv-norm-ReLU-conv +
+identity) at 32, 64, 128 channels, norm-ReLU-strided conv downsampling between groups (the
+downsampling block of Oganesyan et al. 2020's CIFAR skeleton), then the head.
 """
 
 from __future__ import annotations
@@ -129,6 +130,21 @@ class StagedNet(nn.Module):
         return sde_parameters(self)
 
 
+def check_stem_stride(stem_stride: int) -> int:
+    if stem_stride not in (1, 2):
+        raise ValueError(f"option 'stem_stride' must be 1 or 2; got {stem_stride!r}")
+    return stem_stride
+
+
+def cifar_stem(cin: int, channels: int, norm: str, stride: int = 2) -> nn.Sequential:
+    """conv3x3 (stride 2: 32x32 -> 16x16) -> norm: the stem paper A's Appendix A gives ResNet-14
+    and ODENet alike. No ReLU: the first (pre-activation) block starts with norm -> ReLU.
+    ``stride=1`` keeps full resolution (e.g. for 8x8 digits; stride 2 also works there: the
+    maps go 8 -> 4 -> 2 -> 1, never 0, since padded stride-2 convs map 1x1 to 1x1)."""
+    return nn.Sequential(conv3x3(cin, channels, stride=check_stem_stride(stride)),
+                         norm_layer(norm, channels))
+
+
 def staged_layout(cin: int, widths: Sequence[int], make_blocks: Any, norm: str,
                   stem: nn.Module, num_classes: int) -> StagedNet:
     """Stages at ``widths`` with downsampling between them; ``make_blocks(channels)`` gives the
@@ -143,17 +159,17 @@ def staged_layout(cin: int, widths: Sequence[int], make_blocks: Any, norm: str,
 
 @MODELS.register("resnet14")
 def resnet14(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
-             norm: str = "batch", blocks: int = 3) -> StagedNet:
+             norm: str = "batch", blocks: int = 3, stem_stride: int = 2) -> StagedNet:
     """ResNet-14 of the neural-ODE MI study: 3 groups x 3 pre-activation blocks at 32/64/128.
 
     Options: ``norm`` batch | group | none (group for DP-SGD: Opacus rejects BatchNorm);
-    ``blocks`` residual blocks per group (3 = ResNet-14)."""
+    ``blocks`` residual blocks per group (3 = ResNet-14); ``stem_stride`` 2 (paper) or 1."""
     cin = image_channels(input_shape, "resnet14")
     check_norm(norm)
     if not isinstance(blocks, int) or blocks < 1:
         raise ValueError(f"option 'blocks' must be a positive integer; got {blocks!r}")
     widths = [scaled(c, width) for c in (32, 64, 128)]
-    stem = nn.Sequential(conv3x3(cin, widths[0], stride=2), norm_layer(norm, widths[0]))
+    stem = cifar_stem(cin, widths[0], norm, stem_stride)
     return staged_layout(cin, widths,
                          lambda c: nn.Sequential(*[ResBlock(c, norm) for _ in range(blocks)]),
                          norm, stem, num_classes)

@@ -2,23 +2,42 @@
 membership-inference mitigation of "Understanding and Mitigating Membership Inference Risks of
 Neural ODEs"; architecture and stepper of Oganesyan et al. 2020, "Stochasticity in neural ODEs").
 
-Each SDE block integrates dh = f(t, h) dt + sigma dB over [0, T] in ``steps`` = s steps of
+Each SDE block integrates an additive-noise SDE over [0, T] in ``steps`` = s steps of
 dt = T / s, with the drift f the ODE function of :mod:`miaudit.models.ode`.
 
-Noise conventions (all three are reported by :func:`sde_parameters`):
+Noise conventions (option ``convention``; every quantity is reported by
+:func:`sde_parameters`). Both take the study's parameters k ("stochasticity"), T and s, and
+both label the configuration with the study's sigma = k sqrt(s / T) (paper A, Table 9: k = 0.5,
+T = 1, s = 16 -> sigma = 2, the study's default; s = 8 -> 1.41; s = 32 -> 2.83):
 
-- ``k`` (stochasticity) is the **per-step noise std**: each step adds the Brownian increment
-  W = sigma sqrt(dt) xi = k xi, xi ~ N(0, I).
-- ``sigma = k / sqrt(T / s)`` is the study's noise intensity (its Table 9: k = 0.5, T = 1,
-  s = 16 -> sigma = 2; s = 8 -> 1.41; s = 32 -> 2.83). With the increment above it is exactly
-  the diffusion coefficient of dh = f dt + sigma dB.
-- Theorem 4.1 of the study writes dh = f dt + (sigma_thm / sqrt(T)) dB, i.e. total added noise
-  N(0, sigma_thm^2 I) over [0, T]; hence ``sigma_theorem = sigma sqrt(T)`` (= sigma at T = 1).
-- Oganesyan et al.'s code draws W = k_og sqrt(dt) xi, so their k_og is our ``sigma``: pass
-  ``sigma=k_og`` to reproduce their noise level. Reading the study's k as the per-step std is
-  our interpretation, the only one under which its sigma = k / sqrt(T/s) is the diffusion
-  coefficient; had the study run Oganesyan's step with k_og = k, its actual diffusion
-  coefficient would be k, i.e. sqrt(s/T) times smaller than the sigma it reports.
+- ``"paper"``: the Table-9 sigma *is* Theorem 4.1's sigma. The block solves
+  dh = f dt + (sigma / sqrt(T)) dB (paper A, Theorem 4.1), so the **diffusion coefficient** is
+  g = sigma / sqrt(T) = k sqrt(s) / T, the **per-step increment** is W = g sqrt(dt) xi with
+  std sigma / sqrt(s) = k / sqrt(T), and the noise added over the block sums to
+  N(0, sigma^2 I): ``sigma_theorem = sigma``. At k = 0.5, s = 16, T = 1: per-step std 0.5,
+  total std 2.
+- ``"oganesyan"`` (default): the stochastic-RK4 reference code of Oganesyan et al. 2020, increment
+  W = k sqrt(dt) xi, i.e. diffusion coefficient g = k, per-step std k sqrt(T / s), total noise
+  N(0, k^2 T I): ``sigma_theorem = k sqrt(T)`` (0.5 at the default), 1 / sqrt(s) of the
+  Table-9 label. This is what running that code with the study's k gives.
+
+The two agree when s = 1 and T = 1. Map between them: per-step std ``paper`` / ``oganesyan`` =
+sqrt(s) / T.
+
+Which one the study ran is not stated; the evidence conflicts. For ``paper``: Table 9's
+accuracies track the label sigma alone (every sigma = 2 row, from (s, T, k) = (8, 1, 0.71) to
+(32, 0.125, 0.13), reaches 81.7-82.5% test accuracy; sigma = 4: 80.8-81.2%; 5.7: 79.7-80.1%;
+8: 77.2-77.4%), while under ``oganesyan`` the total noise k sqrt(T) of those sigma = 2 rows
+spans 0.05-0.71. For ``oganesyan`` (the default): the study's code lineage (Oganesyan et al.'s
+SDENet), its label sigma = k / sqrt(T/s) = W / dt (the std of the noise added to the drift
+evaluation, f + sigma xi, which under Euler gives exactly W = k sqrt(dt) xi), and its accuracy:
+NSDE sigma = 2 is 2.5 points below NODE (Table 2, 81.9% vs 84.4%). Measured here (CIFAR-10,
+5,000 training / 1,000 test images, width 0.25, Euler(-Maruyama) 16 steps, 10 epochs SGD lr
+0.1 cosine, wd 5e-4, flip + crop; noise on at test; one seed): ODENet 46.6%; SDENet
+``oganesyan`` 43.8% (2.8 points below, as in the study; 39.7% with the srk4 stepper); SDENet
+``paper`` 17.2% (29 points below; 14.9% without weight decay): total noise std 2 per block
+against unit-scale normalized features costs far more than the study's 2.5 points. Use
+``convention="paper"`` where the model must realise Theorem 4.1's sigma = 2 literally.
 
 Steppers, hand-written because torchsde has no stochastic RK4 (its strongest, ``srk``, is a
 different order-1.5 Ito scheme) and because a plain Python loop keeps Opacus's per-sample
@@ -49,22 +68,32 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as spectral_norm_wrap
 
-from miaudit.models._base import scaled
-from miaudit.models.ode import ODEFunc, odenet_stem
-from miaudit.models.resnet import StagedNet, check_norm, image_channels, staged_layout
+from miaudit.models.ode import ODEFunc, odenet_widths
+from miaudit.models.resnet import (
+    StagedNet,
+    check_norm,
+    cifar_stem,
+    image_channels,
+    staged_layout,
+)
 from miaudit.registry import MODELS
 
 STEPPERS = ("srk4", "euler_maruyama")
 
 
+CONVENTIONS = ("paper", "oganesyan")
+DEFAULT_CONVENTION = "oganesyan"  # see the module docstring: the accuracy check decided it
+
+
 @dataclass(frozen=True)
 class NoiseSchedule:
-    """Integration time, steps and per-step noise of an SDE block (see the module docstring)."""
+    """Integration time, steps and noise of an SDE block (see the module docstring)."""
 
     k: float = 0.5
     T: float = 1.0
     steps: int = 16
     stepper: str = "srk4"
+    convention: str = DEFAULT_CONVENTION
 
     def __post_init__(self) -> None:
         if not self.k >= 0:
@@ -76,6 +105,9 @@ class NoiseSchedule:
         if self.stepper not in STEPPERS:
             raise ValueError(f"option 'stepper' must be one of {', '.join(STEPPERS)}; "
                              f"got {self.stepper!r}")
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"option 'convention' must be one of {', '.join(CONVENTIONS)}; "
+                             f"got {self.convention!r}")
 
     @property
     def dt(self) -> float:
@@ -83,21 +115,35 @@ class NoiseSchedule:
 
     @property
     def sigma(self) -> float:
-        """Diffusion coefficient, the study's sigma = k / sqrt(T / s)."""
-        return self.k / math.sqrt(self.dt)
+        """The study's sigma = k sqrt(s / T) (paper A, Table 9), in either convention."""
+        return self.k * math.sqrt(self.steps / self.T)
+
+    @property
+    def diffusion(self) -> float:
+        """Diffusion coefficient g of dh = f dt + g dB: sigma / sqrt(T) (paper) or k
+        (Oganesyan et al.)."""
+        if self.convention == "paper":
+            return self.sigma / math.sqrt(self.T)
+        return self.k
+
+    @property
+    def per_step_std(self) -> float:
+        """Std of one step's Brownian increment W = g sqrt(dt) xi."""
+        return self.diffusion * math.sqrt(self.dt)
 
     @property
     def sigma_theorem(self) -> float:
-        """The sigma of the study's Theorem 4.1 (dh = f dt + sigma/sqrt(T) dB)."""
-        return self.sigma * math.sqrt(self.T)
+        """Theorem 4.1's sigma: the std of the noise added over [0, T], g sqrt(T)."""
+        return self.diffusion * math.sqrt(self.T)
 
 
 def noise_schedule(k: float | None = None, sigma: float | None = None, T: float = 1.0,
-                   steps: int = 16, stepper: str = "srk4") -> NoiseSchedule:
-    """From either ``k`` (per-step std) or ``sigma`` (diffusion coefficient); k = 0.5 if
-    neither is given."""
+                   steps: int = 16, stepper: str = "srk4",
+                   convention: str = DEFAULT_CONVENTION) -> NoiseSchedule:
+    """From either ``k`` or the study's ``sigma`` = k sqrt(steps / T); k = 0.5 (sigma = 2 at
+    T = 1, 16 steps) if neither is given."""
     if k is not None and sigma is not None:
-        raise ValueError("give option 'k' or option 'sigma', not both (sigma = k / sqrt(T/steps))")
+        raise ValueError("give option 'k' or option 'sigma', not both (sigma = k sqrt(steps/T))")
     if sigma is not None:
         if not sigma >= 0:
             raise ValueError(f"option 'sigma' must be >= 0; got {sigma!r}")
@@ -105,7 +151,7 @@ def noise_schedule(k: float | None = None, sigma: float | None = None, T: float 
             raise ValueError(f"options 'steps' and 'T' must be positive; got {steps!r}, {T!r}")
         k = sigma * math.sqrt(T / steps)
     return NoiseSchedule(k=float(0.5 if k is None else k), T=float(T), steps=steps,
-                         stepper=stepper)
+                         stepper=stepper, convention=convention)
 
 
 def srk4_step(f: nn.Module, t: float, dt: float, y: Tensor, w: Tensor | None) -> Tensor:
@@ -152,8 +198,8 @@ class SDEBlock(nn.Module):
         return self.stochastic and self.schedule.k > 0 and on
 
     def increment(self, like: Tensor) -> Tensor:
-        """Brownian increment sigma * sqrt(dt) * N(0, I) = k * N(0, I) of one step."""
-        return self.schedule.k * torch.randn_like(like)
+        """Brownian increment g sqrt(dt) N(0, I) of one step (``NoiseSchedule.per_step_std``)."""
+        return self.schedule.per_step_std * torch.randn_like(like)
 
     def forward(self, x: Tensor) -> Tensor:
         step, dt, noisy = _STEP[self.schedule.stepper], self.schedule.dt, self.noisy
@@ -195,7 +241,8 @@ def drift_lipschitz_bound(func: ODEFunc) -> float | None:
 
 
 def sde_parameters(model: nn.Module) -> dict[str, Any] | None:
-    """k, T, steps, dt, sigma (study's), sigma_theorem, per-step std, stepper, number of
+    """k, T, steps, dt, convention, sigma (study's), diffusion, sigma_theorem, per-step std,
+    stepper, number of
     stochastic blocks, whether noise is on in eval, and the drift Lipschitz bound (max over
     blocks; None if any drift has normalization layers). None if ``model`` has no SDE block."""
     blocks = [m for m in model.modules() if isinstance(m, SDEBlock) and m.stochastic]
@@ -207,8 +254,10 @@ def sde_parameters(model: nn.Module) -> dict[str, Any] | None:
     bounds = [drift_lipschitz_bound(b.func) for b in blocks]
     return {
         "k": schedule.k, "T": schedule.T, "steps": schedule.steps, "dt": schedule.dt,
-        "sigma": schedule.sigma, "sigma_theorem": schedule.sigma_theorem,
-        "per_step_std": schedule.k, "stepper": schedule.stepper, "n_sde_blocks": len(blocks),
+        "convention": schedule.convention, "sigma": schedule.sigma,
+        "diffusion": schedule.diffusion, "sigma_theorem": schedule.sigma_theorem,
+        "per_step_std": schedule.per_step_std, "stepper": schedule.stepper,
+        "n_sde_blocks": len(blocks),
         "noise_in_eval": not blocks[0].deterministic_eval,
         "spectral_norm": any(_has_spectral_norm(b.func) for b in blocks),
         "lipschitz_bound": None if None in bounds else max(bounds),
@@ -235,16 +284,21 @@ def sde_block(channels: int, schedule: NoiseSchedule, norm: str = "batch",
 @MODELS.register("sdenet")
 def sdenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            k: float | None = None, sigma: float | None = None, T: float = 1.0, steps: int = 16,
-           stepper: str = "srk4", blocks: int = 1, n_sde_blocks: int | None = None,
-           deterministic_eval: bool = False, norm: str = "batch", ode_norm: str | None = None,
-           spectral_norm: bool = False) -> StagedNet:
-    """SDENet: ODENet-16-32-64 with additive noise dh = f dt + sigma dB in its blocks.
+           stepper: str = "srk4", convention: str = DEFAULT_CONVENTION, blocks: int = 1,
+           n_sde_blocks: int | None = None, deterministic_eval: bool = False,
+           norm: str = "batch", ode_norm: str | None = None, spectral_norm: bool = False,
+           stem_stride: int = 2) -> StagedNet:
+    """SDENet: ODENet-16-32-64 (same stem and 32/64/128 groups) with additive noise in its
+    blocks; default k = 0.5, T = 1, s = 16 steps, i.e. the study's sigma = 2 (paper A, Table 9),
+    with Oganesyan et al.'s increment k sqrt(dt) xi (Theorem 4.1's sigma 0.5).
 
-    Options: ``k`` (per-step noise std, default 0.5) or ``sigma`` (= k / sqrt(T/steps)), ``T``,
-    ``steps``, ``stepper`` srk4 | euler_maruyama, ``blocks`` per group (1-3), ``n_sde_blocks``
+    Options: ``k`` (default 0.5) or ``sigma`` (= k sqrt(steps/T)), ``T``, ``steps``,
+    ``convention`` oganesyan (default) | paper (module docstring), ``stepper`` srk4 |
+    euler_maruyama, ``blocks`` per group (1-3), ``n_sde_blocks``
     (the last n blocks are stochastic, the others deterministic; default all),
     ``deterministic_eval``, ``norm`` (skeleton) and ``ode_norm`` (drift; default ``norm``, or
-    none with ``spectral_norm``), ``spectral_norm`` (Lipschitz-bounded drift)."""
+    none with ``spectral_norm``), ``spectral_norm`` (Lipschitz-bounded drift), ``stem_stride``
+    2 (paper) or 1."""
     cin = image_channels(input_shape, "sdenet")
     check_norm(norm)
     ode_norm = ("none" if spectral_norm else norm) if ode_norm is None else ode_norm
@@ -257,8 +311,8 @@ def sdenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
     if not isinstance(n_sde, int) or not 0 <= n_sde <= total:
         raise ValueError(f"option 'n_sde_blocks' must be an integer in 0..{total}; "
                          f"got {n_sde_blocks!r}")
-    schedule = noise_schedule(k, sigma, T, steps, stepper)
-    widths = [scaled(c, width) for c in (16, 32, 64)]
+    schedule = noise_schedule(k, sigma, T, steps, stepper, convention)
+    widths = odenet_widths(width)
     made = iter(range(total))
 
     def make_blocks(channels: int) -> nn.Sequential:
@@ -267,5 +321,5 @@ def sdenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
                       stochastic=next(made) >= total - n_sde)
             for _ in range(blocks)])
 
-    return staged_layout(cin, widths, make_blocks, norm, odenet_stem(cin, widths[0], norm),
-                         num_classes)
+    return staged_layout(cin, widths, make_blocks, norm,
+                         cifar_stem(cin, widths[0], norm, stem_stride), num_classes)

@@ -9,7 +9,12 @@ local variables of one forward call, so nothing survives between calls or models
 
 Time is folded into the batch (time-major, ``T * B`` rows): convolutions, batch norm and pooling
 see all steps at once and only the neurons unfold ``(T, B, ...)`` to iterate. Inputs use direct
-(constant) encoding, the output is the mean of the classifier's logits over the T steps. Models
+(constant) encoding. The output (option ``readout``) is the mean of the classifier's logits
+over the T steps (``"mean"``, default), or ``"membrane"``: the final membrane potential of a
+non-leaky, non-spiking output layer that integrates the classifier's output from 0, i.e. the
+sum over the T steps (the output the spiking-network MI study, paper C, defines). Both rank
+classes alike, but softmax probabilities, and with them the confidence-based attack signals,
+differ (the sum is T times the mean: a softmax temperature of 1 / T). Models
 use average pooling only (conversion needs it). ``spiking = False`` turns every neuron into a
 ReLU: the same module, weights and state-dict keys are the ANN twin.
 
@@ -130,15 +135,19 @@ class SpikingNet(nn.Module):
     """Direct-encoding spiking classifier: the input is repeated over ``T`` steps (folded into
     the batch), ``features`` maps it to per-step logits, the output is their mean over steps.
 
+    ``readout``: "mean" of the per-step logits, or "membrane" (their sum: the final potential of
+    a non-leaky integrating output layer; module docstring).
+
     ``input_dropout_p`` > 0 zeroes each input element with probability p after the T-step
     repetition, a fresh mask per step, in train and eval mode alike (the study's input-dropout
     query; :class:`miaudit.queries.InputDropout` sets this attribute).
     """
 
     def __init__(self, features: nn.Module, *, T: int = 4, neuron: str = "if",
-                 spiking: bool = True):
+                 spiking: bool = True, readout: str = "mean"):
         super().__init__()
         self.features = features
+        self.readout = check_readout(readout)
         self.neuron = neuron
         self.input_dropout_p = 0.0
         self._T, self._spiking = 1, True
@@ -179,10 +188,24 @@ class SpikingNet(nn.Module):
         if p > 0:
             x = x * (torch.rand_like(x) >= p).to(x.dtype)
         logits = self.features(x)
-        return logits.view(steps, -1, logits.shape[-1]).mean(0)
+        logits = logits.view(steps, -1, logits.shape[-1])
+        # membrane: u_t = u_{t-1} + o_t with u_0 = 0 (no leak, no spike), read at t = T
+        return logits.sum(0) if self.readout == "membrane" else logits.mean(0)
+
 
     def extra_repr(self) -> str:
-        return f"T={self._T}, neuron={self.neuron}, spiking={self._spiking}"
+        return (f"T={self._T}, neuron={self.neuron}, spiking={self._spiking}, "
+                f"readout={self.readout}")
+
+
+READOUTS = ("mean", "membrane")
+
+
+def check_readout(readout: str) -> str:
+    if readout not in READOUTS:
+        raise ValueError(f"option 'readout' must be one of {', '.join(READOUTS)}; "
+                         f"got {readout!r}")
+    return readout
 
 
 def _conv_bn(cin: int, cout: int, stride: int = 1, kernel: int = 3) -> list[nn.Module]:
@@ -259,21 +282,24 @@ def _check(neuron: str, alpha: float) -> None:
 
 @MODELS.register("snn_resnet18")
 def snn_resnet18(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
-                 T: int = 4, neuron: str = "if", surrogate_alpha: float = 2.0) -> SpikingNet:
+                 T: int = 4, neuron: str = "if", surrogate_alpha: float = 2.0,
+                 readout: str = "mean") -> SpikingNet:
     """Spiking ResNet-18 (direct encoding, T steps; neuron "if" for conversion, "lif" for
-    direct training)."""
+    direct training; ``readout`` mean | membrane, see :class:`SpikingNet`)."""
     _check(neuron, surrogate_alpha)
     features = resnet18_features(input_shape, num_classes, width, neuron, surrogate_alpha)
-    return SpikingNet(features, T=T, neuron=neuron)
+    return SpikingNet(features, T=T, neuron=neuron, readout=readout)
 
 
 @MODELS.register("snn_cnn")
 def snn_cnn(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0, T: int = 4,
-            neuron: str = "if", surrogate_alpha: float = 2.0) -> SpikingNet:
-    """Small spiking VGG-style CNN for CPU scale (3 conv layers, average pooling)."""
+            neuron: str = "if", surrogate_alpha: float = 2.0,
+            readout: str = "mean") -> SpikingNet:
+    """Small spiking VGG-style CNN for CPU scale (3 conv layers, average pooling); ``readout``
+    mean | membrane (:class:`SpikingNet`)."""
     _check(neuron, surrogate_alpha)
     features = cnn_features(input_shape, num_classes, width, neuron, surrogate_alpha)
-    return SpikingNet(features, T=T, neuron=neuron)
+    return SpikingNet(features, T=T, neuron=neuron, readout=readout)
 
 
 @MODELS.register("ann_resnet18")

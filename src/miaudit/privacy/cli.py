@@ -166,6 +166,46 @@ def plot_command(noise: Noise,
     console.print(f"wrote {path}")
 
 
+BOUNDS = ("theorem", "gdp", "classic")
+FORM_WHY = {"proof": "proof (the default): Theorem 4.1's proof (Gaussian mechanism, sensitivity "
+                     "T L) gives sigma linear in T L / eps; the statement's square does not "
+                     "follow from it",
+            "printed": "printed: Theorem 4.1 as stated, with (T L / eps)^2 (the default is the "
+                       "proof form, which is what the proof establishes)"}
+
+
+def _theorem_rows(table: Table, epsilon: float | None, sigma: float | None, delta: float,
+                  T: float, lipschitz: float, l_eps: float, form: str, iterations: int,
+                  delta_prime: float | None) -> list[str]:
+    """Theorem 4.1 (K = 1) or Corollary 4.2 (K > 1); returns notes to print under the table."""
+    for column in ("T", "L", "L_eps", "K", "delta", "total delta", "epsilon", "sigma"):
+        table.add_column(column, justify="right")
+    kw = {"T": T, "lipschitz": lipschitz, "l_eps": l_eps}
+    d_prime = delta if delta_prime is None else delta_prime
+    if iterations == 1:
+        total = delta
+        if epsilon is not None:
+            eps_value, sigma_value = epsilon, nsde.theorem41_sigma(epsilon, delta, form=form, **kw)
+        else:
+            sigma_value = sigma
+            eps_value = nsde.theorem41_epsilon(sigma, delta, form=form, **kw)
+    else:
+        total = iterations * delta + d_prime
+        if epsilon is not None:
+            eps_value = epsilon
+            sigma_value = nsde.corollary42_sigma(epsilon, delta, d_prime, iterations, **kw)
+        else:
+            sigma_value = sigma
+            eps_value = nsde.corollary42_epsilon(sigma, delta, d_prime, iterations, **kw)
+    table.add_row(f"{T:g}", f"{lipschitz:g}", f"{l_eps:g}", str(iterations), f"{delta:g}",
+                  f"{total:g}", f"{eps_value:.4f}", f"{sigma_value:.4f}")
+    notes = []
+    if not nsde.in_theorem_range(eps_value):
+        notes.append(f"[yellow]outside the theorem's range 0 < eps < 1 (eps = "
+                     f"{eps_value:.4g}): paper A claims no guarantee here[/yellow]")
+    return notes
+
+
 @app.command("nsde")
 def nsde_command(
         delta: Annotated[float, typer.Option("--delta", "-d")] = 1e-5,
@@ -177,39 +217,66 @@ def nsde_command(
         T: Annotated[float, typer.Option("--T", "-T", help="integration time")] = 1.0,
         lipschitz: Annotated[float, typer.Option("--lipschitz", "-L",
                                                  help="drift Lipschitz constant")] = 1.0,
+        bound: Annotated[str, typer.Option(
+            help="theorem (paper A, Theorem 4.1 / Corollary 4.2) | gdp (our exact GDP "
+                 "derivation) | classic")] = "theorem",
+        form: Annotated[str, typer.Option(
+            help="theorem bound: proof (default: what the proof establishes) | printed")]
+        = nsde.DEFAULT_FORM,
+        l_eps: Annotated[float, typer.Option(
+            "--l-eps", help="theorem bound: Lipschitz constant of the Euler-Maruyama error "
+            "(Remark 1)")] = 0.0,
+        delta_prime: Annotated[float | None, typer.Option(
+            "--delta-prime", help="theorem bound with K > 1: delta' of Corollary 4.2 "
+            "(default: --delta)")] = None,
         distance: Annotated[float, typer.Option(
-            "--distance", "-D", help="bound D on the drift argument's change between "
-            "neighbours (2C after clipping to norm C)")] = 1.0,
-        iterations: Annotated[int, typer.Option("--iterations", "-K",
-                                                help="number of compositions")] = 1,
-        composition: Annotated[str, typer.Option(help="gaussian (exact GDP) | classic")]
-        = "gaussian",
+            "--distance", "-D", help="gdp/classic: bound D on the drift argument's change "
+            "between neighbours (2C after clipping to norm C)")] = 1.0,
+        iterations: Annotated[int, typer.Option(
+            "--iterations", "-K", help="iterations K (theorem: Corollary 4.2 when K > 1; "
+            "SDE blocks in sequence are not iterations, Sec. 5.3)")] = 1,
         batch_size: Batch = None, dataset_size: Size = None,
         epochs: Annotated[float | None, typer.Option(
             "--epochs", "-e", help="with --sigma, -b, -n: accountant epsilon of NSDE training")]
         = None,
         sensitivity: Annotated[float, typer.Option(
             help="training: noise multiplier = sigma / sensitivity")] = 1.0) -> None:
-    """The NSDE bound (sigma for (epsilon, delta) given T, L, D, K; see miaudit.privacy.nsde
-    for the assumptions) and, optionally, the accountant epsilon of NSDE training."""
+    """The NSDE bound: paper A's Theorem 4.1 / Corollary 4.2 (default, in the proof form), or
+    the GDP alternative (see miaudit.privacy.nsde) and, optionally, the accountant epsilon of
+    NSDE training."""
     if (epsilon is None) == (sigma is None):
         raise typer.BadParameter("give exactly one of --epsilon and --sigma")
-    table = Table(title=f"NSDE bound ({composition} composition; our derivation, see "
-                        "miaudit.privacy.nsde)")
-    for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
-        table.add_column(column, justify="right")
+    if bound not in BOUNDS:
+        raise typer.BadParameter(f"--bound must be one of {', '.join(BOUNDS)}; got {bound!r}")
+    if form not in nsde.FORMS:
+        raise typer.BadParameter(f"--form must be one of {', '.join(nsde.FORMS)}; got {form!r}")
+    notes: list[str] = []
     try:
-        if epsilon is not None:
-            bound = nsde.sigma_bound(epsilon, delta, T=T, lipschitz=lipschitz, distance=distance,
-                                     iterations=iterations, composition=composition)
-            eps_value, sigma_value = epsilon, bound.sigma
+        if bound == "theorem":
+            name = ("Theorem 4.1" if iterations == 1 else "Corollary 4.2")
+            table = Table(title=f"NSDE bound: paper A, {name}"
+                                + (f", {form} form" if iterations == 1 else ""))
+            notes = _theorem_rows(table, epsilon, sigma, delta, T, lipschitz, l_eps, form,
+                                  iterations, delta_prime)
+            if iterations == 1:
+                notes.insert(0, f"form: {FORM_WHY[form]}")
         else:
-            eps_value = nsde.nsde_epsilon(sigma, delta, T=T, lipschitz=lipschitz,
-                                          distance=distance, iterations=iterations,
-                                          composition=composition)
-            sigma_value = sigma
-        table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations), f"{delta:g}",
-                      f"{eps_value:.4f}", f"{sigma_value:.4f}")
+            table = Table(title=f"NSDE bound ({bound} composition; our derivation, see "
+                                "miaudit.privacy.nsde)")
+            for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
+                table.add_column(column, justify="right")
+            composition = "gaussian" if bound == "gdp" else "classic"
+            if epsilon is not None:
+                eps_value = epsilon
+                sigma_value = nsde.gdp_sigma_bound(
+                    epsilon, delta, T=T, lipschitz=lipschitz, distance=distance,
+                    iterations=iterations, composition=composition).sigma
+            else:
+                eps_value, sigma_value = nsde.gdp_epsilon(
+                    sigma, delta, T=T, lipschitz=lipschitz, distance=distance,
+                    iterations=iterations, composition=composition), sigma
+            table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations),
+                          f"{delta:g}", f"{eps_value:.4f}", f"{sigma_value:.4f}")
         training = None
         if epochs is not None:
             if sigma is None or batch_size is None or dataset_size is None:
@@ -219,14 +286,16 @@ def nsde_command(
                                    f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
             for column in ("accountant", "delta", "epsilon"):
                 training.add_column(column)
-            for name in accounting.ACCOUNTANT_NAMES:
+            for acc_name in accounting.ACCOUNTANT_NAMES:
                 value = nsde.training_epsilon(sigma, batch_size, dataset_size, epochs, delta,
-                                              name, sensitivity)
-                training.add_row(name, f"{delta:g}", "inf" if math.isinf(value)
+                                              acc_name, sensitivity)
+                training.add_row(acc_name, f"{delta:g}", "inf" if math.isinf(value)
                                  else f"{value:.4f}")
     except ValueError as error:
         _fail(error)
     console.print(table)
+    for note in notes:
+        console.print(note)
     if training is not None:
         console.print(training)
 

@@ -1,14 +1,42 @@
-"""Differential privacy of neural SDEs: the bound in the style of the neural-ODE study's
-Theorem 4.1 / Corollary 4.2, and the accountant-based epsilon of NSDE training.
+"""Differential privacy of neural SDEs: paper A's Theorem 4.1, Remark 1, Corollary 4.2 and
+Sec. 5.3 exactly, an alternative GDP-based bound of our own, and the accountant-based epsilon of
+NSDE training.
 
-What the study states (as far as we know it; we do not have its text). "Understanding and
-Mitigating Membership Inference Risks of Neural ODEs" (Hong et al. 2025, arXiv 2501.06686)
-claims that NSDEs are DP learners with DP-SGD's guarantee. Its Theorem 4.1 uses
-``dh = f(t, h) dt + (sigma / sqrt(T)) dB`` on [0, T], so the noise added over the block is
-N(0, sigma^2 I), and gives the sigma needed for (epsilon, delta)-DP in terms of T, the drift's
-Lipschitz constant L and a number K of iterations (Corollary 4.2). Its exact constants are not
-reproduced here; every formula below is our own derivation under the assumptions listed, and
-where it differs from the study the study's own statement should be consulted.
+Paper A's statements (Hong et al. 2025, "Understanding and Mitigating Membership Inference
+Risks of Neural ODEs"; transcribed in the reference notes)
+----------------------------------------------------------------------------------------
+- Theorem 4.1. sigma, T > 0, drift f L_f-Lipschitz, SDE dh = f(h, t) dt + (sigma / sqrt(T)) dB;
+  for 0 < eps < 1 and delta > 0 the flow map h(0) -> h(T) is (eps, delta)-DP provided
+
+      printed form:  sigma >= sqrt(2 ln(1.25 / delta)) (T L_f / eps)^2
+      proof form:    sigma >= sqrt(2 ln(1.25 / delta)) T L_f / eps
+
+  The proof writes h(T) = F(h) + B_T with B_T ~ N(0, sigma^2 I) and applies the Gaussian
+  mechanism (Dwork & Roth 2014, Thm. A.1: sigma >= sqrt(2 ln(1.25/delta)) S / eps, eps < 1)
+  with sensitivity S <= T L_f; that yields the proof form, without the square of the printed
+  statement. :data:`DEFAULT_FORM` is the proof form, because it is what the argument
+  establishes; the printed form is offered to reproduce the statement as published.
+  Both are only claimed for 0 < eps < 1: results outside that range are flagged
+  (``in_range`` False), and asking for the sigma of an eps >= 1 is an error.
+- Remark 1. With Euler-Maruyama the sensitivity is T L_f + L_eps (L_eps: Lipschitz constant of
+  the quadrature error): option ``l_eps`` (0 = the exact flow map).
+- Corollary 4.2. Training the drift for at most K iterations is (eps', K delta + delta')-DP,
+  0 < eps' < 1, if sigma >= 4 sqrt(K ln(1.25/delta) ln(1/delta')) T L / eps' (strong
+  composition, Dwork & Roth Cor. 3.21, with per-iteration eps = eps' / (2 sqrt(2 K
+  ln(1/delta'))) inserted in the proof form above).
+- Sec. 5.3. Several SDE blocks in sequence keep the same eps (post-processing of the first
+  block's private output): the guarantee of an SDENet is that of one block, whatever its
+  number of SDE blocks; nothing here composes per block.
+
+Which sigma: Theorem 4.1's sigma is the std of the noise a block adds over [0, T]
+(``sigma_theorem`` of :func:`miaudit.models.sde.sde_parameters`): 0.5 for the default SDENet
+(Oganesyan et al.'s increment k sqrt(dt) xi, k = 0.5, T = 1), 2 = the study's label sigma with
+``convention="paper"``; see :mod:`miaudit.models.sde`. Paper A's sigma = 2 example (T = L = 1,
+delta = 1e-5) implies eps = 2.42, already outside the theorem's range.
+
+Alternative: exact GDP composition (our derivation, not the paper's)
+---------------------------------------------------------------------
+:func:`gdp_sigma_bound` / :func:`gdp_epsilon` (``composition="gaussian"`` or ``"classic"``).
 
 Our derivation (per block, then over K compositions)
 ----------------------------------------------------
@@ -32,8 +60,9 @@ composition of Gaussian mechanisms is exact in GDP (ibid., Cor. 3.3): mu^2 = sum
 s L^2 D^2 dt T / sigma^2, so
 
     one block:       mu_1 = T L D / sigma              (independent of the number of steps s)
-    K compositions:  mu_K = sqrt(K) T L D / sigma      (K blocks, passes or iterations that
-                                                         touch the same datum, no subsampling)
+    K compositions:  mu_K = sqrt(K) T L D / sigma      (K passes or iterations that touch the
+                                                         same datum, no subsampling; blocks in
+                                                         sequence are post-processing, Sec. 5.3)
 
 and (epsilon, delta) follows exactly from mu_K (Balle & Wang 2018, Thm. 8):
 delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2). Hence the smallest admissible
@@ -43,9 +72,9 @@ delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2). Hence the smallest admi
 ``composition="classic"`` instead uses the textbook Gaussian mechanism per composition
 (Dwork & Roth 2014, Thm. A.1: noise >= sensitivity sqrt(2 ln(1.25/delta')) / epsilon', valid for
 epsilon' < 1) with basic composition over K (epsilon' = epsilon / K, delta' = delta / K):
-sigma = K T L D sqrt(2 ln(1.25 K / delta)) / epsilon. It is looser and grows linearly in K; it
-is provided because a bound of that shape is what a Gaussian-mechanism-plus-composition argument
-over K iterations gives, not because we know it to be the study's formula.
+sigma = K T L D sqrt(2 ln(1.25 K / delta)) / epsilon. It is looser and grows linearly in K;
+it is a textbook comparison (the study's Corollary 4.2 uses strong composition instead:
+:func:`corollary42_sigma`).
 
 Caveats. The derivation is for Euler-Maruyama. SDENet's default ``srk4`` stepper adds one
 increment W per step as well, but also evaluates the drift at noisy intermediate points, so a
@@ -97,6 +126,155 @@ def _iterations(value: int) -> int:
     return value
 
 
+# -- paper A: Theorem 4.1, Remark 1, Corollary 4.2, Sec. 5.3 ------------------------------------
+FORMS = ("proof", "printed")
+DEFAULT_FORM = "proof"  # what Theorem 4.1's proof establishes; see the module docstring
+
+
+def _check_form(form: str) -> str:
+    if form not in FORMS:
+        raise ValueError(f"option 'form' must be one of {', '.join(FORMS)}; got {form!r}")
+    return form
+
+
+def in_theorem_range(eps: float) -> bool:
+    """Theorem 4.1 and Corollary 4.2 are stated for 0 < eps < 1 only (the Gaussian mechanism of
+    Dwork & Roth, Thm. A.1)."""
+    return 0 < eps < 1
+
+
+def theorem_sensitivity(T: float, lipschitz: float, l_eps: float = 0.0) -> float:
+    """Sensitivity T L_f of the flow map (Theorem 4.1's proof), plus L_eps for Euler-Maruyama
+    (Remark 1)."""
+    if not (l_eps >= 0 and math.isfinite(l_eps)):
+        raise ValueError(f"option 'l_eps' must be a finite number >= 0; got {l_eps!r}")
+    return _positive(T, "T") * _positive(lipschitz, "lipschitz") + float(l_eps)
+
+
+def _gaussian_constant(delta: float) -> float:
+    """sqrt(2 ln(1.25 / delta)) of the Gaussian mechanism (Dwork & Roth, Thm. A.1)."""
+    return math.sqrt(2 * math.log(1.25 / check_delta(delta)))
+
+
+def _require_range(eps: float, name: str) -> float:
+    eps = _positive(eps, name)
+    if not in_theorem_range(eps):
+        raise ValueError(f"option {name!r} = {eps:g} is outside the theorem's range 0 < eps < 1 "
+                         "(paper A, Theorem 4.1 / Corollary 4.2): no sigma is claimed for it")
+    return eps
+
+
+def theorem41_sigma(epsilon: float, delta: float, *, T: float, lipschitz: float,
+                    l_eps: float = 0.0, form: str = DEFAULT_FORM) -> float:
+    """Smallest sigma of paper A's Theorem 4.1 for (epsilon, delta)-DP of the flow map.
+
+    proof form: sqrt(2 ln(1.25/delta)) S / epsilon; printed form: sqrt(2 ln(1.25/delta)) (S /
+    epsilon)^2; S = T L_f (+ L_eps, Remark 1). A ValueError unless 0 < epsilon < 1."""
+    epsilon = _require_range(epsilon, "epsilon")
+    ratio = theorem_sensitivity(T, lipschitz, l_eps) / epsilon
+    factor = ratio if _check_form(form) == "proof" else ratio**2
+    return _gaussian_constant(delta) * factor
+
+
+def theorem41_epsilon(sigma: float, delta: float, *, T: float, lipschitz: float,
+                      l_eps: float = 0.0, form: str = DEFAULT_FORM) -> float:
+    """The epsilon at which ``sigma`` meets Theorem 4.1 with equality (inverse of
+    :func:`theorem41_sigma`): proof form c S / sigma, printed form S sqrt(c / sigma), with
+    c = sqrt(2 ln(1.25/delta)). Meaningful only when :func:`in_theorem_range` holds for it."""
+    sigma = _positive(sigma, "sigma")
+    c, sensitivity = _gaussian_constant(delta), theorem_sensitivity(T, lipschitz, l_eps)
+    if _check_form(form) == "proof":
+        return c * sensitivity / sigma
+    return sensitivity * math.sqrt(c / sigma)
+
+
+def _corollary_constant(delta: float, delta_prime: float, iterations: int) -> float:
+    check_delta(delta_prime, "delta_prime")
+    return 4 * math.sqrt(_iterations(iterations) * math.log(1.25 / check_delta(delta))
+                         * math.log(1 / delta_prime))
+
+
+def corollary42_sigma(epsilon_prime: float, delta: float, delta_prime: float, iterations: int,
+                      *, T: float, lipschitz: float, l_eps: float = 0.0) -> float:
+    """Paper A's Corollary 4.2: sigma for (epsilon', K delta + delta')-DP of K training
+    iterations, 4 sqrt(K ln(1.25/delta) ln(1/delta')) S / epsilon' (0 < epsilon' < 1)."""
+    epsilon_prime = _require_range(epsilon_prime, "epsilon_prime")
+    return (_corollary_constant(delta, delta_prime, iterations)
+            * theorem_sensitivity(T, lipschitz, l_eps) / epsilon_prime)
+
+
+def corollary42_epsilon(sigma: float, delta: float, delta_prime: float, iterations: int, *,
+                        T: float, lipschitz: float, l_eps: float = 0.0) -> float:
+    """Inverse of :func:`corollary42_sigma`: the epsilon' that ``sigma`` buys over K
+    iterations (the total delta is K delta + delta')."""
+    return (_corollary_constant(delta, delta_prime, iterations)
+            * theorem_sensitivity(T, lipschitz, l_eps) / _positive(sigma, "sigma"))
+
+
+def nsde_guarantee(sigma: float, T: float, lipschitz: float, delta: float,
+                   form: str = DEFAULT_FORM, *, epsilon: float | None = None,
+                   l_eps: float = 0.0, n_sde_blocks: int = 1, iterations: int | None = None,
+                   delta_prime: float | None = None) -> dict[str, Any]:
+    """Paper A's guarantee for an NSDE with Theorem-4.1 sigma ``sigma`` (JSON-able), to record
+    beside the accountant epsilon (as in the study's Fig. 5).
+
+    Keys: the inputs; ``sensitivity`` (T L + L_eps); ``epsilon_implied`` (Theorem 4.1 inverted
+    in ``form``) and ``in_range`` (0 < epsilon_implied < 1: only then does the theorem make a
+    claim); with ``epsilon``: ``sigma_required`` (None outside the theorem's range) and
+    ``sigma_satisfied``; with ``iterations`` K (and ``delta_prime``, default ``delta``):
+    Corollary 4.2's ``corollary_epsilon`` over K iterations, ``corollary_delta`` (K delta +
+    delta') and ``corollary_in_range``. ``n_sde_blocks`` is recorded only: blocks in sequence
+    are post-processing (Sec. 5.3) and do not change epsilon."""
+    _check_form(form)
+    if not (isinstance(n_sde_blocks, int) and n_sde_blocks >= 1):
+        raise ValueError(f"option 'n_sde_blocks' must be a positive integer; got {n_sde_blocks!r}")
+    implied = theorem41_epsilon(sigma, delta, T=T, lipschitz=lipschitz, l_eps=l_eps, form=form)
+    out: dict[str, Any] = {
+        "theorem": "paper A, Theorem 4.1 (Remark 1 for l_eps > 0)", "form": form,
+        "sigma": float(sigma), "T": float(T), "lipschitz": float(lipschitz),
+        "l_eps": float(l_eps), "delta": float(delta),
+        "sensitivity": theorem_sensitivity(T, lipschitz, l_eps),
+        "epsilon_implied": implied, "in_range": in_theorem_range(implied),
+        "n_sde_blocks": n_sde_blocks, "blocks": "post-processing (Sec. 5.3): same epsilon",
+    }
+    if epsilon is not None:
+        required = (theorem41_sigma(epsilon, delta, T=T, lipschitz=lipschitz, l_eps=l_eps,
+                                    form=form) if in_theorem_range(epsilon) else None)
+        out.update(epsilon=float(epsilon), sigma_required=required,
+                   sigma_satisfied=None if required is None else bool(sigma >= required))
+    if iterations is not None:
+        d_prime = delta if delta_prime is None else delta_prime
+        eps_k = corollary42_epsilon(sigma, delta, d_prime, iterations, T=T, lipschitz=lipschitz,
+                                    l_eps=l_eps)
+        out.update(iterations=iterations, delta_prime=float(d_prime), corollary_epsilon=eps_k,
+                   corollary_delta=iterations * delta + d_prime,
+                   corollary_in_range=in_theorem_range(eps_k))
+    return out
+
+
+def model_guarantee(model: nn.Module, delta: float, form: str = DEFAULT_FORM, *,
+                    lipschitz: float | None = None, **options: Any) -> dict[str, Any]:
+    """:func:`nsde_guarantee` for a built SDE model: its Theorem-4.1 sigma (``sigma_theorem``),
+    T and number of SDE blocks from :func:`miaudit.models.sde.sde_parameters`; L from the
+    drift's bound (``spectral_norm=True``) unless ``lipschitz`` is given (recorded in
+    ``lipschitz_source``). ``options`` go to :func:`nsde_guarantee`."""
+    params = model_sde_parameters(model)
+    bound = params.get("lipschitz_bound")
+    L = bound if lipschitz is None else lipschitz
+    if L is None:
+        raise ValueError("the drift's Lipschitz constant is unknown (its drift has "
+                         "normalization layers): build the model with spectral_norm=True or "
+                         "pass option 'lipschitz'")
+    if params["sigma_theorem"] <= 0:
+        raise ValueError("the model adds no noise (k = 0): no DP guarantee")
+    out = nsde_guarantee(params["sigma_theorem"], params["T"], L, delta, form,
+                         n_sde_blocks=int(params["n_sde_blocks"]), **options)
+    out["lipschitz_source"] = "given" if lipschitz is not None else "spectral-norm bound"
+    out["sde_convention"] = params.get("convention")
+    return out
+
+
+# -- alternative: exact GDP composition (our derivation) ------------------------------------------
 def block_sensitivity(T: float, lipschitz: float, distance: float) -> float:
     """L2 sensitivity T L D of the drift integrated over [0, T] under (A2)."""
     return _positive(T, "T") * _positive(lipschitz, "lipschitz") * _positive(distance, "distance")
@@ -117,7 +295,7 @@ def composed_mu(sigma: float, T: float, lipschitz: float, distance: float, *,
 
 
 @dataclass(frozen=True)
-class NSDEBound:
+class GDPBound:
     """Smallest theorem sigma (total noise std over [0, T]) for (epsilon, delta)-DP."""
 
     sigma: float
@@ -131,8 +309,9 @@ class NSDEBound:
     mu: float | None  # the GDP parameter at that sigma (gaussian composition only)
 
 
-def sigma_bound(epsilon: float, delta: float, *, T: float, lipschitz: float, distance: float,
-                iterations: int = 1, composition: str = "gaussian") -> NSDEBound:
+def gdp_sigma_bound(epsilon: float, delta: float, *, T: float, lipschitz: float,
+                    distance: float, iterations: int = 1,
+                    composition: str = "gaussian") -> GDPBound:
     """Smallest sigma (Theorem 4.1's parameterization) making ``iterations`` compositions of an
     NSDE block (epsilon, delta)-DP under assumptions (A1)-(A3) of the module docstring."""
     _positive(epsilon, "epsilon")
@@ -151,15 +330,15 @@ def sigma_bound(epsilon: float, delta: float, *, T: float, lipschitz: float, dis
     else:
         raise ValueError(f"option 'composition' must be one of {', '.join(COMPOSITIONS)}; "
                          f"got {composition!r}")
-    return NSDEBound(sigma=sigma, epsilon=float(epsilon), delta=float(delta), T=float(T),
+    return GDPBound(sigma=sigma, epsilon=float(epsilon), delta=float(delta), T=float(T),
                      lipschitz=float(lipschitz), distance=float(distance), iterations=count,
                      composition=composition, mu=mu_out)
 
 
-def nsde_epsilon(sigma: float, delta: float, *, T: float, lipschitz: float, distance: float,
-                 iterations: int = 1, composition: str = "gaussian") -> float:
+def gdp_epsilon(sigma: float, delta: float, *, T: float, lipschitz: float, distance: float,
+                iterations: int = 1, composition: str = "gaussian") -> float:
     """Epsilon of ``iterations`` compositions of an NSDE block with theorem sigma ``sigma``
-    (the inverse of :func:`sigma_bound`)."""
+    (the inverse of :func:`gdp_sigma_bound`)."""
     _positive(sigma, "sigma")
     check_delta(delta)
     count = _iterations(iterations)
@@ -208,31 +387,30 @@ class ModelPrivacy:
     """The bound evaluated for a built SDE model."""
 
     sigma_model: float  # the model's theorem sigma (total noise std over [0, T])
-    bound: NSDEBound  # smallest sigma for the requested (epsilon, delta)
+    bound: GDPBound  # smallest sigma for the requested (epsilon, delta)
     epsilon_model: float  # epsilon the model's sigma gives at the same delta
     satisfied: bool
 
 
-def model_privacy(model: nn.Module, epsilon_target: float, delta: float, distance: float, *,
-                  iterations: int = 1, lipschitz: float | None = None,
+def gdp_model_privacy(model: nn.Module, epsilon_target: float, delta: float, distance: float,
+                      *, iterations: int = 1, lipschitz: float | None = None,
                   composition: str = "gaussian") -> ModelPrivacy:
-    """Evaluate :func:`sigma_bound` for an SDE model: T and the theorem sigma from the model,
+    """Evaluate :func:`gdp_sigma_bound` for an SDE model: T and the theorem sigma from the model,
     L from its drift (``spectral_norm=True`` gives a bound; pass ``lipschitz`` otherwise), and
-    ``iterations`` times the number of stochastic blocks compositions."""
+    ``iterations`` compositions. SDE blocks in sequence are post-processing (paper A, Sec.
+    5.3), so the number of blocks does not add compositions."""
     params = model_sde_parameters(model)
     L = params.get("lipschitz_bound") if lipschitz is None else lipschitz
     if L is None:
         raise ValueError("the drift's Lipschitz constant is unknown (its drift has "
                          "normalization layers): build the model with spectral_norm=True or "
                          "pass option 'lipschitz'")
-    sigma_model = params.get("sigma_theorem")
-    if sigma_model is None:  # s increments of std k add N(0, s k^2 I) over [0, T]
-        sigma_model = params["k"] * math.sqrt(params["steps"])
-    count = _iterations(iterations) * int(params.get("n_sde_blocks", 1))
-    bound = sigma_bound(epsilon_target, delta, T=params["T"], lipschitz=L, distance=distance,
-                        iterations=count, composition=composition)
+    sigma_model = params["sigma_theorem"]
+    count = _iterations(iterations)
+    bound = gdp_sigma_bound(epsilon_target, delta, T=params["T"], lipschitz=L,
+                            distance=distance, iterations=count, composition=composition)
     eps_model = (math.inf if sigma_model <= 0 else
-                 nsde_epsilon(sigma_model, delta, T=params["T"], lipschitz=L, distance=distance,
-                              iterations=count, composition=composition))
+                 gdp_epsilon(sigma_model, delta, T=params["T"], lipschitz=L, distance=distance,
+                             iterations=count, composition=composition))
     return ModelPrivacy(sigma_model=float(sigma_model), bound=bound, epsilon_model=eps_model,
                         satisfied=sigma_model >= bound.sigma)

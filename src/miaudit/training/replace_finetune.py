@@ -9,6 +9,16 @@ Epochs: ``pretrain_epochs`` (default: the TrainParams epochs) for phase 1; the f
 runs ``finetune_epochs`` (default: the TrainParams epochs), optionally at ``finetune_lr``. The
 recipe's penalties apply to the finetuning phase; pre-training is the plain standard objective.
 
+``freeze_backbone`` (default False): keep the reused part (stem, earlier groups, the last
+group's downsampling layer) fixed during finetuning: its parameters get no gradient and its
+normalization layers stay in eval mode (no running statistics from the finetuning data); only
+the SDE block and the head train. Paper A's post-processing argument (Corollary 4.2's proof:
+everything computed from the NSDE's noisy output is post-processing) covers the reused part
+only if it does not see the private data again; that needs ``freeze_backbone=True`` *and* a
+backbone pre-trained on other data (``pretrained``). The default is False because the study's
+Fig. 7 experiment fine-tunes the converted network, and an audited backbone pre-trained on the
+model's own IN half has seen the private data anyway.
+
 ``pretrained``: a safetensors state dict of the base model (or a folder holding
 ``weights.safetensors``, e.g. ``RUN/models/0003``); pre-training is then skipped. In an audit,
 every target and reference model is otherwise pre-trained on its own IN half and then converted,
@@ -26,7 +36,7 @@ import torch
 from torch import nn
 
 from miaudit.models.resnet import StagedNet
-from miaudit.models.sde import STEPPERS, noise_schedule, sde_block
+from miaudit.models.sde import DEFAULT_CONVENTION, STEPPERS, noise_schedule, sde_block
 from miaudit.registry import RECIPES
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 
@@ -42,6 +52,18 @@ def replace_last_group(model: nn.Module, block: nn.Module) -> StagedNet:
     """Put ``block`` in place of the blocks of the model's last stage (in place)."""
     require_staged(model).stages[-1].blocks = block
     return model
+
+
+def backbone_modules(model: nn.Module) -> list[nn.Module]:
+    """The reused part before the replaced group: stem, earlier stages, last stage's ``down``."""
+    staged = require_staged(model)
+    return [staged.stem, *staged.stages[:-1], staged.stages[-1].down]
+
+
+def freeze(modules: list[nn.Module]) -> None:
+    for module in modules:
+        for parameter in module.parameters():
+            parameter.requires_grad_(False)
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
@@ -65,17 +87,22 @@ class ReplaceFinetune(Recipe):
 
     Options: ``pretrain_epochs``, ``finetune_epochs`` (None: the training epochs),
     ``finetune_lr`` (None: the training lr), ``pretrained`` (weights of the base model; skips
-    pre-training), and the SDE block's ``k`` or ``sigma``, ``T``, ``steps``, ``stepper``
-    (srk4 | euler_maruyama), ``deterministic_eval``, ``spectral_norm``, ``ode_norm`` (default:
-    the model's norm; none with spectral_norm)."""
+    pre-training), ``freeze_backbone`` (module docstring), and the SDE block's ``k`` or
+    ``sigma``, ``T``, ``steps``, ``stepper`` (srk4 | euler_maruyama), ``convention`` (paper |
+    oganesyan), ``deterministic_eval``, ``spectral_norm``, ``ode_norm`` (default: the model's
+    norm; none with spectral_norm)."""
 
     def __init__(self, penalties: Any = (), pretrain_epochs: int | None = None,
                  finetune_epochs: int | None = None, finetune_lr: float | None = None,
                  pretrained: str | None = None, k: float | None = None,
                  sigma: float | None = None, T: float = 1.0, steps: int = 16,
                  stepper: str = "srk4", deterministic_eval: bool = False,
-                 spectral_norm: bool = False, ode_norm: str | None = None):
+                 spectral_norm: bool = False, ode_norm: str | None = None,
+                 convention: str = DEFAULT_CONVENTION, freeze_backbone: bool = False):
         super().__init__(penalties)
+        if not isinstance(freeze_backbone, bool):
+            raise ValueError(f"option 'freeze_backbone' must be true or false; "
+                             f"got {freeze_backbone!r}")
         for option, value in (("pretrain_epochs", pretrain_epochs),
                               ("finetune_epochs", finetune_epochs)):
             if value is not None and (not isinstance(value, int) or value < 0):
@@ -85,7 +112,9 @@ class ReplaceFinetune(Recipe):
         if stepper not in STEPPERS:
             raise ValueError(f"option 'stepper' must be one of {', '.join(STEPPERS)}; "
                              f"got {stepper!r}")
-        self.schedule = noise_schedule(k, sigma, T, steps, stepper)
+        self.schedule = noise_schedule(k, sigma, T, steps, stepper, convention)
+        self.freeze_backbone = freeze_backbone
+        self._frozen: list[nn.Module] = []
         self.pretrain_epochs = pretrain_epochs
         self.finetune_epochs = finetune_epochs
         self.finetune_lr = finetune_lr
@@ -116,8 +145,16 @@ class ReplaceFinetune(Recipe):
             log.update({f"pretrain_{key}": values for key, values in pre_log.items()})
         torch.manual_seed(env.seed + 1)  # the fresh SDE block's initialization
         model = self.architecture(model)
+        self._frozen = backbone_modules(model) if self.freeze_backbone else []
+        freeze(self._frozen)
         epochs = params.epochs if self.finetune_epochs is None else self.finetune_epochs
         lr = params.lr if self.finetune_lr is None else self.finetune_lr
         model, fine_log = fit(model, x, y, dataclasses.replace(params, epochs=epochs, lr=lr),
                               self, env, x_val, y_val)
+        self._frozen = []
         return model, {**fine_log, **log}
+
+    def objective(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for module in self._frozen:  # fit() puts the whole model in train mode each epoch
+            module.eval()
+        return super().objective(model, x, y)
