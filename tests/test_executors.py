@@ -368,3 +368,32 @@ def test_ray_failure_cancels_the_rest_and_names_the_job(cluster: Any, tmp_path: 
     assert "attempt 2" in str(info.value.cause)  # the retry ran and failed too
     assert done == []
     assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["0", "0"]  # 1, 2 never
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path("/proc", str(pid), "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> None:
+    from miaudit.executors.ray import RayExecutor
+
+    _, killed = cluster
+    executor = RayExecutor(cluster[0].address, max_retries=0, max_in_flight=2)
+    data = executor.put(synthetic_data())
+    jobs = [Job(0, {"data": data, "seed": 0, "marks": str(tmp_path), "fail": "always"}),
+            Job(1, {"data": data, "seed": 1, "marks": str(tmp_path), "hold": True})]
+    done: list[int] = []
+    started = time.monotonic()
+    with pytest.raises(JobFailedError, match="job 0 failed after 1 attempt"):
+        executor.run(jobs, tiny_work, lambda job, result, s: done.append(job.index))
+    assert time.monotonic() - started < 25  # did not wait for job 1's 30 s hold
+    holders = [int(p.name.split("-")[1]) for p in tmp_path.glob("1-*")]
+    killed.extend(holders)  # teardown's safety net, should cancellation leave one behind
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in holders) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in holders), "the cancelled job's worker still runs"
+    assert done == []

@@ -73,10 +73,17 @@ class RayExecutor:
     A task whose worker process or node dies is resubmitted by Ray up to ``max_retries``
     times; so is a task that raised (``retry_exceptions``, same bound: a CUDA out-of-memory on
     a shared GPU is often transient, a bug fails ``max_retries + 1`` times). A task that still
-    fails stops submission, cancels the unfinished tasks and raises :class:`JobFailedError`.
+    fails stops submission, cancels the unfinished tasks (killing their worker processes) and
+    raises :class:`JobFailedError`. A retry may run in the same worker process as the failed
+    attempt, so work functions must not rely on a fresh process (seed everything per job).
     At most ``max_in_flight`` tasks are submitted at a time (default: twice the number of
     jobs the cluster can run at once), so a failure stops the rest early and finished results
-    do not pile up in the object store.
+    do not pile up in the object store. ``on_done``'s seconds are the work function's own
+    time in the worker (queueing and transfer excluded), as with the local executor.
+
+    Devices: with ``gpus_per_model > 0`` Ray sets ``CUDA_VISIBLE_DEVICES`` to the task's GPU,
+    so the work function should use ``torch.device("cuda")``; with 0, Ray leaves the variable
+    alone and the work function must use the CPU (else every task lands on GPU 0 unscheduled).
     """
 
     def __init__(self, address: str | None = None, *, cpus_per_model: float = 1,
