@@ -3,7 +3,8 @@ default config's recipe) under the LocalExecutor and the RayExecutor.
 
     nice -n 10 python benchmarks/ray_bench.py --repeats 3
 
-Local: in-process, one model after another, torch's default thread count (today's pipeline).
+Local: in-process, one model after another, torch's default thread count (today's pipeline)
+or ``--local-threads``.
 Ray: a Ray instance started on this machine with ``--workers`` CPUs, one CPU and
 ``threads_per_model`` (1) torch thread per model, the pool put into the object store once.
 Each model is trained as pipeline.train_one does (seeded architecture, standard recipe on the
@@ -67,7 +68,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--local-threads", type=int, default=None,
+                        help="torch threads of the local run (default: torch's default)")
     args = parser.parse_args()
+    if args.local_threads is not None:
+        torch.set_num_threads(args.local_threads)
     pool = make_pool(DATASETS.build("digits"), "all", None, 0)
     arrays = (pool.x.numpy(), pool.y.numpy())
     keep = make_plan("rotation", args.models, len(pool), 0).keep

@@ -45,9 +45,13 @@ def tiny_work(job: Job) -> dict[str, Any]:
     """Train a 8-16-3 MLP for ``steps`` full-batch SGD steps from seed ``seed`` on the shared
     data; return its weights and outputs. Side channels for the failure tests: a mark file per
     attempt (``<index>-<pid>-<uuid>``), ``hold`` (first attempt waits to be killed), ``fail``
-    ("once": the first attempt raises; "always")."""
+    ("once": the first attempt raises; "always"), ``after`` (wait until that job has started)."""
     p = job.payload
     attempt = _mark_attempt(p.get("marks"), job.index)
+    if p.get("after") is not None:  # start only once job `after` runs (ordering for a test)
+        deadline = time.monotonic() + 20
+        while not list(Path(p["marks"]).glob(f"{p['after']}-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
     if p.get("fail") == "always" or (p.get("fail") == "once" and attempt == 1):
         raise ValueError(f"job {job.index} failed on attempt {attempt}")
     if p.get("hold") and attempt == 1:
@@ -383,7 +387,8 @@ def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> Non
     _, killed = cluster
     executor = RayExecutor(cluster[0].address, max_retries=0, max_in_flight=2)
     data = executor.put(synthetic_data())
-    jobs = [Job(0, {"data": data, "seed": 0, "marks": str(tmp_path), "fail": "always"}),
+    jobs = [Job(0, {"data": data, "seed": 0, "marks": str(tmp_path), "fail": "always",
+                    "after": 1}),
             Job(1, {"data": data, "seed": 1, "marks": str(tmp_path), "hold": True})]
     done: list[int] = []
     started = time.monotonic()
@@ -391,6 +396,7 @@ def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> Non
         executor.run(jobs, tiny_work, lambda job, result, s: done.append(job.index))
     assert time.monotonic() - started < 25  # did not wait for job 1's 30 s hold
     holders = [int(p.name.split("-")[1]) for p in tmp_path.glob("1-*")]
+    assert len(holders) == 1  # job 1 was running when job 0 failed
     killed.extend(holders)  # teardown's safety net, should cancellation leave one behind
     deadline = time.monotonic() + 15
     while any(_alive(pid) for pid in holders) and time.monotonic() < deadline:
