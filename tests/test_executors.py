@@ -310,6 +310,7 @@ def _kill_when_started(marks: Path, index: int, killed: list[int]) -> threading.
     return thread
 
 
+@pytest.mark.slow
 def test_ray_matches_local_and_survives_a_killed_worker(cluster: Any, tmp_path: Path) -> None:
     from miaudit.executors.ray import RayExecutor
 
@@ -345,6 +346,7 @@ def test_ray_matches_local_and_survives_a_killed_worker(cluster: Any, tmp_path: 
     assert all(results[i]["pid"] != os.getpid() for i in range(4))
 
 
+@pytest.mark.slow
 def test_ray_retries_a_raising_job(cluster: Any, tmp_path: Path) -> None:
     from miaudit.executors.ray import RayExecutor
 
@@ -357,6 +359,7 @@ def test_ray_retries_a_raising_job(cluster: Any, tmp_path: Path) -> None:
     assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["0", "0", "1", "1"]
 
 
+@pytest.mark.slow
 def test_ray_failure_cancels_the_rest_and_names_the_job(cluster: Any, tmp_path: Path) -> None:
     from miaudit.executors.ray import RayExecutor
 
@@ -381,6 +384,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> None:
     from miaudit.executors.ray import RayExecutor
 
