@@ -407,3 +407,22 @@ def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> Non
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in holders), "the cancelled job's worker still runs"
     assert done == []
+
+
+def test_an_audit_on_ray_equals_the_local_audit(cluster: Any, tmp_path: Path) -> None:
+    """The train stage through a real two-node cluster: same models, same numbers."""
+    from conftest import tiny_audit
+    from miaudit.config import validate_config
+    from miaudit.pipeline import audit
+
+    local = audit(validate_config(tiny_audit(tmp_path / "local", share_models=False)),
+                  show_progress=False)
+    on_ray = audit(validate_config(tiny_audit(
+        tmp_path / "ray", share_models=False,
+        executor={"name": "ray", "address": cluster[0].address, "threads_per_model": 1})),
+        show_progress=False)
+    for index in range(4):
+        name = f"models/{index:04d}/weights.safetensors"
+        assert (local.run_dir / name).read_bytes() == (on_ray.run_dir / name).read_bytes()
+    for label in ("loss", "lira"):
+        assert on_ray.attacks[label]["pooled"] == local.attacks[label]["pooled"]

@@ -47,7 +47,7 @@ _FLAG_FIELDS = {
     "model": "model.name", "width": "model.width", "recipe": "train.recipe",
     "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
     "num_models": "num_models", "seed": "seed", "device": "device",
-    "output_dir": "output_dir", "name": "name", "protocol": "protocol", "threads": "threads",
+    "output_dir": "output_dir", "name": "name", "protocol": "protocol", "threads": "threads", "executor": "executor",
 }
 
 
@@ -96,6 +96,8 @@ def audit(
                        typer.Option(help="';'-separated query specs or presets")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="any field: key.path=value "
                     "(YAML value), repeatable")] = None,
+    executor: Annotated[str | None, typer.Option(help="local | ray (a local Ray cluster; "
+                        "options with --set executor.address=auto etc.)")] = None,
     threads: Annotated[int | None, typer.Option(help="torch intra-op threads (default: "
                        "torch's choice; set it on a machine with other load)")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from miaudit.errors import ConfigError
+from miaudit.executors import ExecutorConfig
 from miaudit.registry import (
     ATTACKS,
     DATASETS,
@@ -270,6 +271,8 @@ class AuditConfig(_Strict):
     # reuse identical trained models across run directories (output_dir/model_cache)
     share_models: bool = True
     device: str = "auto"
+    # where the per-model train jobs run: local (in this process) or ray (see miaudit.executors)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     threads: int | None = Field(default=None, ge=1, le=1024)  # torch intra-op threads
 
     @field_validator("queries")

@@ -48,6 +48,7 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError, MiauditError
+from miaudit.executors import Job, JobFailedError, make_executor, resolve
 from miaudit.io import file_digest, read_json, write_json
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, make_split, model_seed
@@ -233,7 +234,8 @@ def plan_audit(cfg: AuditConfig) -> Audit:
         seed = model_seed(cfg.seed, index)
         identity = ids.model_identity(
             data=data, model=_dump(model_cfg), train=_dump(train_cfg), model_seed=seed,
-            membership=plan.keep[index], holdout=split.holdout, device_kind=device.type,
+            membership=plan.keep[index], holdout=split.holdout,
+            device_kind=train_device(cfg, device).type,
             code=code_digests(cfg.data.name, model_cfg, train_cfg))
         jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
@@ -342,8 +344,19 @@ def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,
 
 
 # -- train --------------------------------------------------------------------------------------
+def train_device(cfg: AuditConfig, device: torch.device) -> torch.device:
+    """Where models train: the audit's device, or on Ray the device each task is given (a
+    GPU share when ``gpus_per_model`` > 0, else the CPU: Ray leaves CUDA visible to CPU tasks,
+    which would all land on GPU 0)."""
+    if cfg.executor.name == "ray":
+        return torch.device("cuda" if cfg.executor.gpus_per_model > 0 else "cpu")
+    return device
+
+
 def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:
-    """Train the models that have no valid record yet; returns the seconds spent."""
+    """Train the models that have no valid record yet (on the configured executor); returns
+    the seconds spent. Each finished model is written by this (driver) process as it
+    arrives, so an interrupted stage resumes from the models already written."""
     todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
     cache = ModelCache(planned.cfg.output_dir / "model_cache") if planned.cfg.share_models \
         else None
@@ -358,27 +371,53 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
                       "[/dim]")
     started = time.perf_counter()
-    with _progress(console, show_progress) as bar:
+    with _progress(console, show_progress) as bar, make_executor(planned.cfg.executor) as pool:
         overall = bar.add_task("training", total=len(planned.jobs), completed=done)
-        for job in todo:
-            task = bar.add_task(f"model {job.index}", total=None)
+        tasks: dict[int, Any] = {}
+        local = planned.cfg.executor.name == "local"
 
-            def on_epoch(epoch: int, total: int, stats: dict[str, float], task: Any = task,
-                         index: int = job.index) -> None:
-                bar.update(task, completed=epoch, total=total,
-                           description=f"model {index} loss {stats.get('loss', float('nan')):.3f}")
+        def on_epoch(index: int, epoch: int, total: int, stats: dict[str, float]) -> None:
+            bar.update(tasks[index], completed=epoch, total=total,
+                       description=f"model {index} loss {stats.get('loss', float('nan')):.3f}")
 
-            state, meta = train_model(job, planned.pool, planned.plan, planned.device, on_epoch)
-            run.save_model(job.index, job.identity, state, meta)
+        def on_start(job: Job) -> None:
+            tasks[job.index] = bar.add_task(f"model {job.index}", total=None)
+
+        def on_done(job: Job, result: Any, seconds: float) -> None:
+            state, meta = result
+            model_job = job.payload[0]
+            run.save_model(model_job.index, model_job.identity, state, meta)
             if cache is not None:
-                cache.store(job.identity, MODEL_RECORD, WEIGHTS, run.model_dir(job.index))
-            bar.remove_task(task)
+                cache.store(model_job.identity, MODEL_RECORD, WEIGHTS,
+                            run.model_dir(model_job.index))
+            bar.remove_task(tasks.pop(job.index))
             bar.advance(overall)
+
+        shared = (pool.put(planned.pool), pool.put(planned.plan))
+        device = str(train_device(planned.cfg, planned.device))
+        jobs = [Job(job.index, (job, *shared, device, on_epoch if local else None))
+                for job in todo]
+        try:
+            pool.run(jobs, run_model_job, on_done, on_start)
+        except JobFailedError as error:
+            if isinstance(error.cause, MiauditError):
+                raise error.cause from None
+            raise
     seconds = time.perf_counter() - started
     if todo:
         console.print(f"trained {len(todo)} model(s) in {seconds:.1f} s "
-                      f"({seconds / len(todo):.1f} s per model, device {planned.device})")
+                      f"({seconds / len(todo):.1f} s per model, device {device})")
     return seconds
+
+
+def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """One train job (module level, so Ray workers can import it): the model's state dict
+    and meta, returned to the driver, which writes them."""
+    model_job, pool_ref, plan_ref, device, on_epoch = job.payload
+    progress = None if on_epoch is None else (
+        lambda epoch, total, stats: on_epoch(model_job.index, epoch, total, stats))
+    return train_model(model_job, resolve(pool_ref), resolve(plan_ref), torch.device(device),
+                       progress)
 
 
 def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
