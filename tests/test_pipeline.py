@@ -269,3 +269,17 @@ def test_identical_models_are_shared_between_run_directories(tmp_path):
 
 def _weights(results, index):
     return (results.run_dir / "models" / f"{index:04d}" / "weights.safetensors").read_bytes()
+
+
+def test_sde_targets_record_paper_a_guarantee_and_the_bound_plot(tmp_path):
+    config = tiny_audit(tmp_path, num_models=2, attacks=["loss"],
+                        model={"name": "sdenet", "width": 0.125},
+                        train={"epochs": 1, "batch_size": 32, "lr": 0.05})
+    config["data"] = {"name": "synthetic", "options": {"n_train": 40, "n_test": 20,
+                                                       "shape": [3, 8, 8], "num_classes": 4}}
+    results = _quiet(config)
+    nsde = results.summary["nsde"]
+    assert nsde["theorem"].startswith("paper A, Theorem 4.1") and nsde["form"] == "proof"
+    assert nsde["lipschitz_source"].startswith("assumed L = 1")
+    assert nsde["in_range"] == (0 < nsde["epsilon_implied"] < 1)
+    assert (results.run_dir / "roc_dp_bound.png").exists()

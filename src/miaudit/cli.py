@@ -47,7 +47,8 @@ _FLAG_FIELDS = {
     "model": "model.name", "width": "model.width", "recipe": "train.recipe",
     "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
     "num_models": "num_models", "seed": "seed", "device": "device",
-    "output_dir": "output_dir", "name": "name", "protocol": "protocol", "threads": "threads", "executor": "executor",
+    "output_dir": "output_dir", "name": "name", "protocol": "protocol", "threads": "threads",
+    "executor": "executor",
 }
 
 

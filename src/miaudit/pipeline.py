@@ -645,8 +645,35 @@ def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
         "scores_dir": scores_dir,
         "target_models": {**stats, **robust_summary(run, planned, targets)},
         "attacks": attacks, **({"privacy": privacy} if privacy else {}),
+        **({"nsde": nsde} if (nsde := nsde_summary(planned, privacy)) else {}),
         "config": cfg.model_dump(mode="json"),
     }
+
+
+NSDE_DELTA = 1e-5  # the delta of paper A's NSDE statements (Sec. 5.1-5.2)
+
+
+def nsde_summary(planned: Audit, privacy: dict[str, Any]) -> dict[str, Any]:
+    """For SDE targets: paper A's Theorem 4.1 guarantee of the target architecture (its sigma,
+    T and blocks; L from the spectral-norm bound, else an assumed L = 1, recorded as such)
+    beside the accountant's epsilon when the targets were also trained with DP-SGD."""
+    from miaudit.privacy import nsde
+
+    job = planned.jobs[planned.plan.targets[0]]
+    model = build_architecture(job.model, job.train, planned.pool)
+    try:
+        params = nsde.model_sde_parameters(model)
+    except ValueError:
+        return {}  # not an SDE model
+    if params["sigma_theorem"] <= 0:
+        return {}  # an SDE model without noise (k = 0) claims nothing
+    assumed = params.get("lipschitz_bound") is None
+    delta = privacy.get("delta", NSDE_DELTA)
+    guarantee = nsde.model_guarantee(model, delta, lipschitz=1.0 if assumed else None)
+    if assumed:
+        guarantee["lipschitz_source"] = "assumed L = 1 (the drift is not spectrally normed)"
+    guarantee["accountant_epsilon"] = privacy.get("epsilon")
+    return guarantee
 
 
 def privacy_summary(records: list[dict[str, Any]]) -> dict[str, Any]:

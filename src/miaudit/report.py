@@ -94,7 +94,7 @@ def render_plots(run_root: Path, summary: dict[str, Any]) -> None:
     claimed bound. The pooled ROCs are computed once for both."""
     curves = pooled_rocs(run_root, summary)
     plot_roc(run_root, summary, curves)
-    if "privacy" in summary:
+    if "privacy" in summary or "nsde" in summary:
         plot_dp_bounds(run_root, summary, curves)
 
 
@@ -123,13 +123,20 @@ def pooled_rocs(run_root: Path,
 
 def plot_dp_bounds(run_root: Path, summary: dict[str, Any],
                    curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> Path:
-    """Pooled ROCs under the claimed (epsilon, delta) bound (the neural-ODE study's Fig. 5)."""
+    """Pooled ROCs under the claimed (epsilon, delta) bound: the DP-SGD accountant's, or for
+    SDE targets the epsilon paper A's Theorem 4.1 implies (the study's Fig. 5)."""
     from miaudit.privacy.bounds import plot_roc_bounds
 
-    privacy = summary["privacy"]
-    return plot_roc_bounds(curves, [privacy["epsilon"]], privacy["delta"],
-                           run_root / "roc_dp_bound.png", title=f"{summary['name']}: ROC under "
-                           f"the claimed ({privacy['epsilon']:.3g}, {privacy['delta']:g})-DP")
+    if "privacy" in summary:
+        epsilon, delta = summary["privacy"]["epsilon"], summary["privacy"]["delta"]
+        source = "DP-SGD accountant"
+    else:
+        nsde = summary["nsde"]
+        epsilon, delta = nsde["epsilon_implied"], nsde["delta"]
+        source = f"NSDE Thm 4.1 ({nsde['form']} form)"
+    return plot_roc_bounds(curves, [epsilon], delta, run_root / "roc_dp_bound.png",
+                           title=f"{summary['name']}: ROC under the claimed ({epsilon:.3g}, "
+                                 f"{delta:g})-DP, {source}")
 
 
 def plot_roc(run_root: Path, summary: dict[str, Any],
