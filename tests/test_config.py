@@ -86,3 +86,8 @@ def test_run_name_is_derived_from_what_changed():
 def test_query_presets_expand():
     cfg = validate_config({"queries": ["augs18"]})
     assert len(cfg.queries) == 18 and "shift:dx=-1,dy=1,flip=True" in cfg.queries
+
+
+def test_a_dumped_config_loads_back_unchanged():
+    cfg = validate_config({"train": {"penalties": ["l1:weight=1e-5"]}})
+    assert validate_config(cfg.model_dump(mode="json")) == cfg

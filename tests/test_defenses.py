@@ -17,9 +17,9 @@ from miaudit.analysis import (
     plot_memorization_analysis,
 )
 from miaudit.analysis.memorization import spearman
-from miaudit.defenses.adversarial import pgd_attack, robust_accuracy
-from miaudit.defenses.demem import loss_variance
-from miaudit.defenses.mixup_mmd import class_matched_indices, mixup, mmd2_rbf
+from miaudit.penalties.demem import loss_variance
+from miaudit.recipes.adversarial import pgd_attack, robust_accuracy
+from miaudit.recipes.mixup_mmd import class_matched_indices, mixup, mmd2_rbf
 from miaudit.registry import OUTPUT_DEFENSES, PENALTIES, RECIPES
 from miaudit.training import TrainEnv, TrainParams
 

@@ -9,8 +9,8 @@ import torch
 
 from miaudit.data import DataSplits
 from miaudit.importpath import import_callable
+from miaudit.recipes.user_function import UserFunction
 from miaudit.training.engine import TrainEnv, TrainParams, accuracy
-from miaudit.training.user_function import UserFunction
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "byo"
 

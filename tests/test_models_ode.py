@@ -21,9 +21,9 @@ from miaudit.models.ode import (
 )
 from miaudit.models.resnet import ResBlock
 from miaudit.models.sde import NoiseSchedule, SDEBlock, drift_lipschitz_bound, srk4_step
+from miaudit.recipes.replace_finetune import ReplaceFinetune
 from miaudit.registry import DATASETS, RECIPES
 from miaudit.training.engine import TrainEnv, TrainParams, fit
-from miaudit.training.replace_finetune import ReplaceFinetune
 
 MODELS = ["resnet14", "odenet", "odenet64", "anode", "sonode", "hbnode", "sdenet"]
 ODE_OPTIONS = {"steps": 2}

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from miaudit.models import build_model
 from miaudit.privacy import accounting, bounds, nsde
 from miaudit.privacy.cli import app as privacy_app
+from miaudit.recipes.dpsgd import DPSGD, DPIncompatibleModelError, dp_incompatibilities
 from miaudit.registry import ACCOUNTANTS, RECIPES
 from miaudit.training import TrainEnv, TrainParams
-from miaudit.training.dpsgd import DPSGD, DPIncompatibleModelError, dp_incompatibilities
 
 PUBLISHED_Q = 256 / 25000  # sigma 1.0, 100 epochs, delta 1e-5 (FACTS.md, Opacus 1.6.0)
 PINNED = {"rdp": 6.8076, "gdp": 6.0917, "prv": 6.2862}
@@ -453,7 +453,7 @@ def test_dpsgd_option_errors():
 
 
 def test_dpsgd_over_pgd_at_gives_exact_per_sample_gradients():
-    from miaudit.defenses.adversarial import pgd_attack
+    from miaudit.recipes.adversarial import pgd_attack
 
     torch.manual_seed(0)
     model = _mlp()

@@ -19,9 +19,9 @@ from miaudit.models.conversion import (
 )
 from miaudit.models.snn import Neuron, SpikingNet, heaviside, if_spikes, lif_spikes
 from miaudit.queries import query_outputs
+from miaudit.recipes.snn import next_latency
 from miaudit.registry import DATASETS, MODELS, RECIPES
 from miaudit.training.engine import TrainEnv, TrainParams
-from miaudit.training.snn_recipes import next_latency
 
 CPU = torch.device("cpu")
 

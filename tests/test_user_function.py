@@ -12,8 +12,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from miaudit.importpath import ImportPathError, import_object, source_digest
+from miaudit.recipes.user_function import UserFunction
 from miaudit.training.engine import TrainEnv, TrainParams
-from miaudit.training.user_function import UserFunction
 
 SEEN: dict = {}
 NOT_CALLABLE = 3

@@ -568,7 +568,7 @@ def evaluate_stage(run: RunDir, planned: Audit) -> None:
 def robust_accuracies(model: torch.nn.Module, planned: Audit, target: int,
                       robust: RobustEvalConfig) -> dict[str, dict[str, float]]:
     """Natural and PGD robust accuracy on (a seeded subset of) members and non-members."""
-    from miaudit.defenses.adversarial import natural_and_robust_accuracy
+    from miaudit.recipes.adversarial import natural_and_robust_accuracy
 
     pool, seed = planned.pool, planned.jobs[target].seed
     member = planned.plan.keep[target]

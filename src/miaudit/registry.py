@@ -163,15 +163,13 @@ MODELS: Registry = Registry("model", _modules("models", {
     "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "odenet": "ode",
     "odenet64": "ode", "anode": "ode", "sonode": "ode", "hbnode": "ode", "sdenet": "sde",
     "snn_cnn": "snn", "snn_resnet18": "snn", "ann_cnn": "snn", "ann_resnet18": "snn"}))
-RECIPES: Registry = Registry("training recipe", {
-    **_modules("training", {"standard": "standard", "dpsgd": "dpsgd",
-                            "replace_finetune": "replace_finetune", "ann2snn": "snn_recipes",
-                            "snn_direct": "snn_recipes", "user_function": "user_function"}),
-    **_modules("defenses", {"pgd_at": "adversarial", "trades": "adversarial",
-                            "mixup_mmd": "mixup_mmd", "early_stopping": "regularization"})})
-PENALTIES: Registry = Registry("penalty", {
-    **_modules("training", {"l1": "standard", "l2": "standard"}),
-    **_modules("defenses", {"demem": "demem"})})
+RECIPES: Registry = Registry("training recipe", _modules("recipes", {
+    "standard": "standard", "dpsgd": "dpsgd", "replace_finetune": "replace_finetune",
+    "ann2snn": "snn", "snn_direct": "snn", "user_function": "user_function",
+    "pgd_at": "adversarial", "trades": "adversarial", "mixup_mmd": "mixup_mmd",
+    "early_stopping": "early_stopping"}))
+PENALTIES: Registry = Registry("penalty", _modules("penalties", {
+    "l1": "norms", "l2": "norms", "demem": "demem"}))
 QUERIES: Registry = Registry("query augmentation", {
     name: "miaudit.queries" for name in ("identity", "flip", "shift", "dropout")})
 ATTACKS: Registry = Registry("attack", _modules("attacks", {
@@ -179,7 +177,7 @@ ATTACKS: Registry = Registry("attack", _modules("attacks", {
     "watson": "watson", "shokri": "shokri", "lira": "lira", "attack_p": "population",
     "attack_r": "reference", "rmia": "rmia", "rmia_simple": "rmia",
     "dropout_search": "dropout_search", "salem": "salem"}))
-OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("defenses", {
+OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("output_defenses", {
     "memguard": "memguard", "memguard_label_only": "memguard"}))
 ACCOUNTANTS: Registry = Registry("accountant", _modules("privacy", {
     "rdp": "accounting", "gdp": "accounting", "prv": "accounting"}))

@@ -60,7 +60,9 @@ class ExecutorConfig(BaseModel):
     @model_validator(mode="after")
     def _ray_options_need_ray(self) -> ExecutorConfig:
         # A cluster option under `executor: local` is a config mistake, not something to ignore.
-        given = sorted(self.model_fields_set & set(_RAY_ONLY))
+        # (Options at their defaults pass: a dumped config must load back.)
+        given = sorted(name for name in self.model_fields_set & set(_RAY_ONLY)
+                       if getattr(self, name) != type(self).model_fields[name].default)
         if self.name == "local" and given:
             raise ValueError(f"executor 'local' takes no options, got {given}")
         return self

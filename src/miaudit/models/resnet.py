@@ -4,7 +4,7 @@ with the ODE/SDE nets.
 Skeleton (:class:`StagedNet`): ``stem`` -> ``stages`` (each an optional downsampling layer then
 a sequence of blocks) -> ``head`` (norm, ReLU, global average pool, linear). Keeping the three
 parts as named attributes lets replace-then-finetune swap the blocks of the last stage
-(:mod:`miaudit.training.replace_finetune`) and lets the ODE/SDE nets reuse the layout.
+(:mod:`miaudit.recipes.replace_finetune`) and lets the ODE/SDE nets reuse the layout.
 
 ResNet-14 ("Understanding and Mitigating Membership Inference Risks of Neural ODEs", Appendix A):
 stem conv3x3 (C -> 32, stride 2) + norm (:func:`cifar_stem`, shared with ODENet/SDENet so that

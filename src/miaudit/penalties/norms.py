@@ -1,17 +1,12 @@
-"""The ``standard`` recipe and the basic penalties (L1, L2 weight penalties)."""
+"""The weight penalties L1 and L2 (paper A Sec. 5.1: lambda = 1e-5), added to the mean loss."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from miaudit.registry import PENALTIES, RECIPES
-from miaudit.training.engine import Penalty, Recipe, penalty_weight
-
-
-@RECIPES.register("standard")
-class Standard(Recipe):
-    """Cross-entropy training (empirical risk minimization) plus optional penalties."""
+from miaudit.registry import PENALTIES
+from miaudit.training.engine import Penalty, penalty_weight
 
 
 def _weights(model: nn.Module) -> list[torch.Tensor]:

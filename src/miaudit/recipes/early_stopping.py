@@ -1,7 +1,7 @@
 """Classical regularization defenses of the neural-ODE MI study.
 
 - L1 / L2 weight penalties: registered as penalties ``l1`` / ``l2`` in
-  :mod:`miaudit.training.standard` (``weight`` option, e.g. 1e-5); use them with any recipe.
+  :mod:`miaudit.penalties.norms` (``weight`` option, e.g. 1e-5); use them with any recipe.
 - Dropout: the ``dropout`` option of the ``small_cnn`` / ``mlp`` models.
 - Early stopping (this module): recipe ``early_stopping``, which monitors a held-out validation
   split after every epoch, stops after ``patience`` epochs without improvement and restores the

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from miaudit.defenses.regularization import require_validation
+from miaudit.recipes.early_stopping import require_validation
 from miaudit.registry import RECIPES
 from miaudit.training.engine import FitState, Penalty, Recipe, accuracy
 

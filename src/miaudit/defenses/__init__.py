@@ -1,1 +1,0 @@
-"""defenses (see module docstrings)."""

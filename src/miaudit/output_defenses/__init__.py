@@ -1,0 +1,1 @@
+"""Defenses applied to released outputs (registered in OUTPUT_DEFENSES)."""

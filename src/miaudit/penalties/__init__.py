@@ -1,0 +1,1 @@
+"""Penalties added to the training loss (registered in PENALTIES); one module each."""

@@ -1,0 +1,1 @@
+"""Training recipes and training-time defenses (registered in RECIPES); one module each."""
