@@ -299,6 +299,29 @@ def test_cli_audit_validates_and_writes_json(tmp_path):
     assert report["mode"] == "one_run" and report["audit"]["guesses"] == 8
 
 
+def test_dp_audit_reads_a_config_section(tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    section = {"dp_audit": {"train": {"epochs": 2}, "canaries": 16, "guesses": [[4, 4]],
+                            "canary_kind": "ood"}}
+    (tmp_path / "audit.yaml").write_text(yaml.safe_dump(section))
+    out = tmp_path / "audit.json"
+    torch.set_num_threads(1)
+    done = CliRunner().invoke(app, ["dp-audit", "-c", str(tmp_path / "audit.yaml"), "-o",
+                                    str(out)])
+    assert done.exit_code == 0, done.output
+    report = json.loads(out.read_text())
+    assert report["config"]["canary_kind"] == "ood" and report["audit"]["guesses"] == 8
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"dp_audit": {"canaris": 3}}))
+    bad = CliRunner().invoke(app, ["dp-audit", "-c", str(tmp_path / "bad.yaml")])
+    assert bad.exit_code == 2 and "canaris" in bad.output
+
+
 def test_max_provable_matches_perfect_attacks():
     grid = [(6, 6), (32, 32)]
     perfect = np.r_[np.ones(32), np.zeros(32)], np.r_[np.ones(32), np.zeros(32)].astype(bool)

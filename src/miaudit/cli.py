@@ -251,6 +251,16 @@ for _command, (_registry, _title) in _LISTINGS.items():
     _register_listing(_command, _registry, _title)
 
 
+def _mount_dp_audit() -> None:
+    from miaudit.privacy.audit_cli import audit_command
+
+    app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (same as "
+                "`miaudit privacy audit`).")(audit_command)
+
+
+_mount_dp_audit()
+
+
 def _mount_privacy() -> None:
     try:
         from miaudit.privacy.cli import app as privacy_app

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from miaudit.errors import MiauditError
 from miaudit.registry import UnknownNameError, parse_spec
 
 console = Console()
@@ -51,6 +52,19 @@ def build_config(*, dataset: str, model: str, width: float, recipe: str, epochs:
         "delta": delta, "claimed_epsilon": claimed_epsilon, "device": device})
 
 
+def load_dp_config(path: Path) -> Any:
+    """A DP-audit config section from YAML (validated, unknown keys fail)."""
+    import yaml
+
+    from miaudit.privacy.canary import DPAuditConfig
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise MiauditError(f"DP-audit config {path}: {error}") from None
+    return DPAuditConfig.model_validate(raw.get("dp_audit", raw))
+
+
 def audit_command(
         dataset: Annotated[str, typer.Option(help="data set spec, e.g. digits")] = "digits",
         model: Annotated[str, typer.Option(help="model spec, e.g. mlp or "
@@ -83,21 +97,24 @@ def audit_command(
         device: Annotated[str, typer.Option(help="cpu | cuda[:i]")] = "cpu",
         output: Annotated[Path | None, typer.Option("--output", "-o",
                                                     help="write the report as JSON")] = None,
+        config: Annotated[Path | None, typer.Option(
+            "--config", "-c", help="a YAML file with the DPAuditConfig section (then the "
+            "flags above are not used)")] = None,
 ) -> None:
     """Lower-bound epsilon empirically with canaries (Steinke et al. 2023 one-run audit, or
     Jagielski et al. 2020 with R runs) and print it beside the claimed epsilon."""
     from miaudit.privacy.canary import run_dp_audit
 
     try:
-        cfg = build_config(
+        cfg = load_dp_config(config) if config is not None else build_config(
             dataset=dataset, model=model, width=width, recipe=recipe, epochs=epochs,
             batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
             canaries=canaries, canary_kind=canary_kind, runs=runs, guesses=guesses,
             selection=selection, confidence=confidence, delta=delta,
             claimed_epsilon=claimed_epsilon, seed=seed, device=device)
         report = run_dp_audit(cfg)  # checks data, model and recipe before training
-    except (ValidationError, UnknownNameError, ValueError) as error:
-        console.print(f"[red]error:[/red] {error}")
+    except (ValidationError, UnknownNameError, ValueError, MiauditError) as error:
+        console.print(f"error: {error}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     data = report.as_dict()
     table = Table(title=f"DP audit ({data['mode'].replace('_', '-')}, {cfg.canary_kind} "
