@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import expit
@@ -150,18 +151,24 @@ def one_run_guesses(scores: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
     return guesses
 
 
+def flat_scores(scores: Any, bits: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (finite floats) and membership bits of the same size, flattened."""
+    scores = np.asarray(scores, dtype=float).ravel()
+    bits = np.asarray(bits).ravel().astype(bool)
+    if scores.shape != bits.shape:
+        raise ValueError(f"scores ({scores.size}) and {name} ({bits.size}) differ in size")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("scores must be finite")
+    return scores, bits
+
+
 def one_run_audit(scores: np.ndarray, included: np.ndarray,
                   guesses: Sequence[tuple[int, int]] | tuple[int, int],
                   delta: float = 0.0, confidence: float = 0.95) -> OneRunAudit:
     """One-run epsilon lower bound from canary ``scores`` (higher = "in") and the true
     inclusion bits ``included``, for (k+, k-) = ``guesses`` or the best of a list of them
     (each then tested at beta / len(list), Bonferroni, so the maximum keeps its confidence)."""
-    scores = np.asarray(scores, dtype=float).ravel()
-    included = np.asarray(included).ravel().astype(bool)
-    if scores.shape != included.shape:
-        raise ValueError(f"scores ({scores.size}) and included ({included.size}) differ in size")
-    if not np.all(np.isfinite(scores)):
-        raise ValueError("scores must be finite")
+    scores, included = flat_scores(scores, included, "included")
     grid = [tuple(guesses)] if np.ndim(guesses) == 1 else [tuple(g) for g in guesses]
     if not grid:
         raise ValueError("no (k_pos, k_neg) to try")

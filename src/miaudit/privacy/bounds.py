@@ -114,12 +114,9 @@ def empirical_epsilon(scores: np.ndarray, labels: np.ndarray, delta: float = 1e-
 
     ``thresholds`` default to ``num_thresholds`` quantiles of the scores. Arrays of any shape
     are flattened (e.g. (models, samples) from an audit)."""
-    scores = np.asarray(scores, dtype=float).ravel()
-    labels = np.asarray(labels).ravel().astype(bool)
-    if scores.shape != labels.shape:
-        raise ValueError(f"scores ({scores.size}) and labels ({labels.size}) differ in size")
-    if not np.all(np.isfinite(scores)):
-        raise ValueError("scores must be finite")
+    from miaudit.privacy.auditing import flat_scores
+
+    scores, labels = flat_scores(scores, labels, "labels")
     n_in, n_out = int(labels.sum()), int((~labels).sum())
     if n_in == 0 or n_out == 0:
         raise ValueError("labels need both members (1) and non-members (0)")
