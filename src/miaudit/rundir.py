@@ -199,6 +199,7 @@ class RunDir:
         caller then writes results.json naming it (:meth:`drop_old_scores` cleans up), so a
         kill at any moment leaves results.json and the scores it names consistent."""
         staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".scores-", suffix=TMP_SUFFIX))
+        staging.chmod(0o755)  # mkdtemp makes 0700; the scores are as readable as the rest
         try:
             yield staging
             final = self.root / staging.name.removesuffix(TMP_SUFFIX).lstrip(".")
