@@ -26,24 +26,31 @@ from miaudit.reporting import compare_markdown
 HERE = Path(__file__).resolve().parent
 
 
-def run_experiment(name: str, data_dir: Path | None, device: str) -> Path:
+def run_experiment(name: str, data_dir: Path | None, device: str,
+                   threads: int | None = None) -> Path:
     folder = HERE / name
     outputs = folder / "outputs"
     outputs.mkdir(exist_ok=True)
     rows = []
     for config_file in sorted(folder.glob("*.yaml")):
-        overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device}
+        overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
+                     **({"threads": threads} if threads else {})}
         if data_dir is not None:
             overrides["data.data_dir"] = str(data_dir)
         cfg = load_config(config_file, overrides)
         results = audit(cfg, console=Console(stderr=True))
         stem = config_file.stem
         for artefact in ("results.json", "roc.png", "roc_dp_bound.png", "memorization.json",
-                         "memorization.png"):
+                         "memorization.png", "report.html"):
             if (results.run_dir / artefact).exists():
                 shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
         rows.append((stem, results))
     (outputs / "summary.md").write_text(markdown(rows))
+    if len(rows) > 1:  # the papers' kind of table across the configs, as a page
+        from miaudit.reporting.compare import comparison, load_views, write_compare_html
+
+        write_compare_html(comparison(load_views([r.run_dir for _, r in rows])),
+                           outputs / "compare.html")
     return outputs
 
 
@@ -78,6 +85,8 @@ def main() -> None:
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per process (1 is fastest on a loaded machine)")
     args = parser.parse_args()
     available = sorted(p.name for p in HERE.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
     if args.list or not args.names:
@@ -87,7 +96,7 @@ def main() -> None:
         if name not in available:
             raise SystemExit(f"unknown experiment {name!r}; available: {', '.join(available)}")
         print(json.dumps({"experiment": name, "outputs": str(run_experiment(
-            name, args.data_dir, args.device))}))
+            name, args.data_dir, args.device, args.threads))}))
 
 
 if __name__ == "__main__":
