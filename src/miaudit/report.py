@@ -23,8 +23,8 @@ def _percent(value: float) -> str:
 
 
 def _cell(attack: dict[str, Any], key: str, rotation: bool) -> str:
-    if attack["pooled"].get(f"{key}_measurable") is False:  # ties: no threshold fits the FPR
-        return "n/m (ties)"
+    if attack["pooled"].get(f"{key}_measurable") is False:  # no threshold fits the FPR
+        return "n/m"
     pooled = _percent(attack["pooled"][key])
     interval = attack["pooled"].get(f"{key}_ci")
     if interval is not None:
@@ -39,8 +39,8 @@ def attack_table(summary: dict[str, Any]) -> Table:
     rotation = len(summary["targets"]) > 1
     title = (f"{escape(summary['name'])}: {len(summary['targets'])} target(s), "
              f"{summary['num_models']} models")
-    caption = "percent; pooled over targets [95% CI]; n/m: not measurable at that FPR " \
-        "(the top-scored tie group alone exceeds it)" + (
+    caption = "percent; pooled over targets [95% CI]; n/m: not measurable (no threshold " \
+        "reaches that FPR: tied top scores, or too few non-members)" + (
         "; second line: mean ± std across targets" if rotation else "")
     table = Table(title=title, caption=caption, show_lines=rotation)
     table.add_column("attack")
