@@ -72,7 +72,10 @@ def interval(metric: Metric) -> str:
 
 
 def metric_cell(metric: Metric, spread: bool = True) -> str:
-    """Pooled value [CI] and, under it, mean ± std over targets."""
+    """Pooled value [CI] and, under it, mean ± std over targets; "n/m" where no threshold
+    reaches the FPR level (tied top scores, or too few non-members)."""
+    if not metric.measurable:
+        return '<td class="n" title="not measurable: no threshold reaches this FPR">n/m</td>'
     text = f"{pct(metric.value)} {interval(metric)}".strip()
     if spread and metric.mean is not None and metric.std is not None:
         text += f'<span class="s">{pct(metric.mean)} ± {pct(metric.std)}</span>'

@@ -31,6 +31,7 @@ class Metric:
     ci: tuple[float, float] | None = None
     mean: float | None = None
     std: float | None = None
+    measurable: bool = True  # False: no threshold reaches that FPR (metrics.summarize)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class AttackView:
         pooled = self.raw["pooled"]
         interval = pooled.get(f"{key}_ci")
         mean, std = self.raw.get("mean", {}).get(key), self.raw.get("std", {}).get(key)
-        return Metric(float(pooled[key]), tuple(interval) if interval else None, mean, std)
+        return Metric(float(pooled[key]), tuple(interval) if interval else None, mean, std,
+                      pooled.get(f"{key}_measurable") is not False)
 
     def tpr(self, level: str) -> Metric:
         return self.metric(f"tpr@{level}")
@@ -157,7 +159,7 @@ class RunView:
             "time (this run)": (f"{timing['total_seconds_this_run']:.1f} s (training "
                                 f"{timing['train_seconds_this_run']:.1f} s, attacks "
                                 f"{timing['attack_seconds']:.1f} s)") if timing else "n/a",
-            "training hash": str(self.summary.get("training_hash", "?"))[:16],
+            "run identity": str(self.summary.get("run_identity", "?"))[:16],
             "run directory": str(self.summary.get("run_dir", self.root)),
             "python": platform.python_version(),
         }
