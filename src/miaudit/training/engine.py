@@ -182,7 +182,10 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     state = FitState(
         model=model, optimizer=make_optimizer(model, params), params=params, env=env, x=x, y=y,
         x_val=x_val, y_val=y_val, generator=generator,
-        batches=shuffled_batches(x, y, params.batch_size, generator),
+        # The default sampler gathers batches from copies resident on the training device: one
+        # transfer instead of one per batch, and augmentation runs where the model does.
+        batches=shuffled_batches(x.to(env.device), y.to(env.device), params.batch_size,
+                                 generator),
         steps_per_epoch=max(1, math.ceil(len(y) / params.batch_size)),
     )
     recipe.prepare(state)
@@ -194,7 +197,9 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     for epoch in range(params.epochs):
         started = time.perf_counter()
         state.model.train()
-        loss_sum, seen = 0.0, 0
+        # The loss sum stays a tensor and is read (and checked) once per epoch: a per-step
+        # .item() or isfinite() test blocks until a CUDA device has finished the step.
+        loss_sum, seen = torch.zeros((), device=env.device), 0
         for xb, yb in state.batches(epoch):
             if len(yb) == 0:  # Poisson sampling can draw an empty batch
                 continue
@@ -202,14 +207,15 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
             state.optimizer.zero_grad(set_to_none=True)
             loss = recipe.objective(state.model, xb, yb)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}")
             loss.backward()
             state.optimizer.step()
             schedule.step()
-            loss_sum += loss.item() * len(yb)
+            loss_sum += loss.detach() * len(yb)
             seen += len(yb)
-        state.record(epoch=epoch, loss=loss_sum / max(1, seen),
+        epoch_loss = loss_sum.item() / max(1, seen)
+        if not math.isfinite(epoch_loss):
+            raise FloatingPointError(f"training loss became {epoch_loss} at epoch {epoch}")
+        state.record(epoch=epoch, loss=epoch_loss,
                      seconds=time.perf_counter() - started)
         recipe.end_epoch(state, epoch)
         if env.progress is not None:
