@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pm_cnn import PeerCNN
 
 from miaudit.io import read_tensors
 from miaudit.registry import DATASETS
-from pm_cnn import PeerCNN
 
 
 @torch.no_grad()
