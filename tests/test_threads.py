@@ -26,12 +26,18 @@ def cores(monkeypatch):
 def test_default_threads(cores, count, workers, expected):
     cores(count)
     assert threads.available_cores() == count
-    assert threads.default_threads(workers) == expected
+    assert threads.default_threads(workers, load=0.0) == expected
+
+
+def test_an_oversubscribed_machine_gets_one_thread(cores):
+    cores(8)
+    assert threads.default_threads(load=7.9) == 4
+    assert threads.default_threads(load=8.0) == 1  # every core already busy
 
 
 def test_explicit_omp_num_threads_wins(cores, monkeypatch):
     cores(16)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    assert threads.default_threads() == 7
+    assert threads.default_threads(load=100.0) == 7
     monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
-    assert threads.default_threads() == 4
+    assert threads.default_threads(load=0.0) == 4

@@ -1,14 +1,19 @@
 """How many torch intra-op threads a training process should use by default.
 
-Measured (benchmarks/threads_bench.py: small_cnn on digits, engine.fit, batch 64, seconds per
-epoch, 7 alternated repeats) on the 2-core development machine shared with ~6 other busy
-processes (load average 6-8): MEASUREMENT. Small models gain little from a second intra-op
-thread even when it is free (their kernels are a few microseconds; the fork/join per operator
-is of the same order), and when cores are oversubscribed the threads of one operator wait for
-each other at every barrier, so a spinning OpenMP team can lose an order of magnitude (an epoch
-seen at 0.09 s went to 1-6 s under contention). Hence: never more threads than cores this
-process may run on, at most 4, and 1 when each of several parallel workers trains its own model
-(one model per core beats cores-way parallel kernels for narrow networks).
+Measured (``benchmarks/threads_bench.py``: small_cnn on digits, engine.fit, batch 64, seconds
+per epoch, 7 alternated repeats of 3 epochs) on the 2-core development machine shared with ~6
+other busy agents (load average 6.3-7.0): 1 thread 0.376 s/epoch (min 0.255, max 2.22),
+2 threads 5.53 s/epoch (min 3.70, max 17.1), i.e. 15x slower. When cores are oversubscribed the
+threads of one operator wait for each other at every barrier (and OpenMP teams spin while they
+wait), so a second thread costs far more than it could gain; small models gain little from it
+even on an idle machine (their kernels last microseconds, the fork/join per operator is of the
+same order). Hence the policy of :func:`default_threads`: never more threads than cores this
+process may run on, at most 4, shared among parallel workers, and 1 when other processes
+already keep every core busy.
+
+Reproducibility: CPU kernels may sum in another order with another thread count, so bitwise
+equal results across runs need the same ``threads``; set ``threads`` (or ``--threads``) to pin
+it, since this default depends on the machine and its load.
 """
 
 from __future__ import annotations
@@ -26,11 +31,24 @@ def available_cores() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def default_threads(workers: int = 1) -> int:
-    """torch intra-op threads when the config leaves ``threads`` unset: the available cores
-    shared among ``workers`` parallel training processes, capped at :data:`MAX_THREADS`,
-    at least 1. An explicit ``OMP_NUM_THREADS`` (the user's own choice) wins."""
+def machine_load() -> float:
+    """1-minute load average (runnable processes), 0 where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def default_threads(workers: int = 1, load: float | None = None) -> int:
+    """torch intra-op threads when the config leaves ``threads`` unset: 1 when the machine is
+    already oversubscribed (``load``, default the 1-minute load average, at least the number of
+    cores), else the available cores shared among ``workers`` parallel training processes,
+    capped at :data:`MAX_THREADS`, at least 1. An explicit ``OMP_NUM_THREADS`` (the user's
+    own choice) wins."""
     explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)
-    return max(1, min(MAX_THREADS, available_cores() // max(1, workers)))
+    cores = available_cores()
+    if (machine_load() if load is None else load) >= cores:
+        return 1
+    return max(1, min(MAX_THREADS, cores // max(1, workers)))
