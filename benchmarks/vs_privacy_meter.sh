@@ -18,9 +18,11 @@
 # which does not install next to a CPU-only torch):
 #   * drops the 11 nvidia-*-cu11 pins, triton==3.0.0, the --extra-index-url line (cu118 index)
 #     and the torch==2.4.1 / torchvision / torchaudio lines;
-#   * installs torch==2.13.0+cpu (the CPU build this project uses) and torchvision==0.28.0 with
-#     --no-deps (0.28 is the release paired with torch 2.13; --no-deps keeps pip from pulling a
-#     CUDA torch); torchaudio is not needed by run_mia.py and is left out;
+#   * installs torch==2.13.0+cpu (the CPU build this project uses) first, then
+#     torchvision==0.28.0 with --no-deps (0.28 is the release paired with torch 2.13; --no-deps
+#     keeps pip from pulling a CUDA torch), then the remaining pins (accelerate, peft and opacus
+#     then find their torch dependency satisfied); torchaudio is not needed by run_mia.py and
+#     is left out;
 #   * every other pin is installed as the peer pins it.
 # What the run changes in the peer (configuration only, no code): a YAML config (CPU device,
 # model CNN, SGD lr 0.05 momentum 0.9 wd 5e-4 as miaudit's defaults, batch 64, EPOCHS) and its
@@ -46,10 +48,12 @@ setup() {
   grep -v -E '^(nvidia-|triton==|torch==|torchvision|torchaudio|--extra-index-url)' \
     "$PM_WORK/peer/requirements.txt" > "$PM_WORK/requirements-cpu.txt"
   "$PYTHON" -m venv "$PM_VENV"
-  "$PM_VENV/bin/pip" install -q -r "$PM_WORK/requirements-cpu.txt"
+  # CPU torch first: accelerate, peft and opacus depend on torch, and pip would otherwise
+  # resolve it to the CUDA build (and its nvidia-* wheels) from PyPI.
   "$PM_VENV/bin/pip" install -q "torch==2.13.0+cpu" 2>/dev/null \
     || "$PM_VENV/bin/pip" install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
   "$PM_VENV/bin/pip" install -q --no-deps "torchvision==0.28.0"
+  "$PM_VENV/bin/pip" install -q -r "$PM_WORK/requirements-cpu.txt"
   "$PM_VENV/bin/python" "$HERE/vs_privacy_meter/peer_data.py" "$DATA/cifar10-jpeg" \
     "$PM_WORK/data" 2000
 }
