@@ -8,6 +8,7 @@ SNN conversion, replace-then-finetune) override :meth:`Recipe.prepare` or :meth:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,8 @@ class TrainEnv:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     seed: int = 0
     progress: Callable[[int, int, dict[str, float]], None] | None = None  # (epoch, epochs, stats)
+    #: CUDA only: channels_last + bfloat16 autocast (training.speedups); no effect elsewhere
+    cuda_speedups: bool = False
 
 
 @dataclass
@@ -179,6 +182,11 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     generator = torch.Generator().manual_seed(env.seed)
     torch.manual_seed(env.seed)  # model-internal randomness (dropout, SDE noise)
     model = model.to(env.device)
+    autocast: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if env.cuda_speedups:
+        from miaudit.training.speedups import cuda_speedups
+
+        model, autocast = cuda_speedups(model, env.device)
     state = FitState(
         model=model, optimizer=make_optimizer(model, params), params=params, env=env, x=x, y=y,
         x_val=x_val, y_val=y_val, generator=generator,
@@ -206,7 +214,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             xb = augment(xb, params.crop_padding, params.flip, generator)
             xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
             state.optimizer.zero_grad(set_to_none=True)
-            loss = recipe.objective(state.model, xb, yb)
+            with autocast:
+                loss = recipe.objective(state.model, xb, yb)
             loss.backward()
             state.optimizer.step()
             schedule.step()

@@ -31,7 +31,6 @@ that overrides ``prepare``/``train``. Those train sequentially.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
@@ -146,19 +145,6 @@ def fit_ensemble(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
         model.load_state_dict(state, strict=True)
         results.append((model.eval(), logs[k]))
     return results
-
-
-def cuda_speedups(model: nn.Module,
-                  device: torch.device) -> tuple[nn.Module, contextlib.AbstractContextManager]:
-    """CUDA-only speed-ups: channels_last memory format for convolutional models and a
-    bfloat16 autocast context for forward passes (bfloat16 keeps float32's exponent range,
-    so no gradient scaler is needed). On any other device: the model unchanged and a null
-    context, so CPU results stay bit-identical."""
-    if device.type != "cuda":
-        return model, contextlib.nullcontext()
-    if any(isinstance(m, nn.Conv2d) for m in model.modules()):
-        model = model.to(memory_format=torch.channels_last)
-    return model, torch.autocast("cuda", dtype=torch.bfloat16)
 
 
 def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.device,
