@@ -19,11 +19,17 @@
 #   * drops the 11 nvidia-*-cu11 pins, triton==3.0.0, the --extra-index-url line (cu118 index)
 #     and the torch==2.4.1 / torchvision / torchaudio lines;
 #   * installs torch==2.13.0+cpu (the CPU build this project uses) first, then
-#     torchvision==0.28.0 with --no-deps (0.28 is the release paired with torch 2.13; --no-deps
-#     keeps pip from pulling a CUDA torch), then the remaining pins (accelerate, peft and opacus
-#     then find their torch dependency satisfied); torchaudio is not needed by run_mia.py and
-#     is left out;
+#     torchvision==0.28.0 (the release paired with torch 2.13), then the remaining pins, all
+#     with --no-deps: the file is a full freeze (every transitive dependency pinned), and
+#     resolving it pulls a CUDA torch 2.5.1 with its nvidia-*-cu12 wheels back in;
+#     torchaudio is not needed by run_mia.py and is left out;
+#   * raises three pins to what torch 2.13 requires: typing-extensions 4.9.0 -> >=4.10,
+#     sympy 1.13.1 -> >=1.13.3, setuptools 70.0.0 -> >=77.0.3; adds opt-einsum (an opacus
+#     dependency missing from the freeze);
 #   * every other pin is installed as the peer pins it.
+# PyPI's torchvision 0.28.0 is a CUDA build whose C extension does not load with a CPU torch;
+# vs_privacy_meter/cpu_torchvision.py, imported before the peer's code, declares the two
+# operator schemas torchvision's import needs (see that file). The peer's code is unchanged.
 # What the run changes in the peer (configuration only, no code): a YAML config (CPU device,
 # model CNN, SGD lr 0.05 momentum 0.9 wd 5e-4 as miaudit's defaults, batch 64, EPOCHS) and its
 # data: `cifar10.pkl` / `cifar10_population.pkl` in its data_dir, torchvision CIFAR10 objects
@@ -53,7 +59,14 @@ setup() {
   "$PM_VENV/bin/pip" install -q "torch==2.13.0+cpu" 2>/dev/null \
     || "$PM_VENV/bin/pip" install -q "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
   "$PM_VENV/bin/pip" install -q --no-deps "torchvision==0.28.0"
-  "$PM_VENV/bin/pip" install -q -r "$PM_WORK/requirements-cpu.txt"
+  # --no-deps: requirements.txt is a full freeze (every transitive dependency pinned); with
+  # dependency resolution pip still replaces the CPU torch by a CUDA one for some pin.
+  "$PM_VENV/bin/pip" install -q --no-deps -r "$PM_WORK/requirements-cpu.txt"
+  # torch 2.13 needs newer typing-extensions (4.9.0 pinned), sympy (1.13.1) and setuptools
+  # (70.0.0); opacus needs opt-einsum, which the freeze lacks.
+  "$PM_VENV/bin/pip" install -q --no-deps "typing-extensions>=4.10" "sympy>=1.13.3" \
+    "setuptools>=77.0.3" opt-einsum
+  "$PM_VENV/bin/pip" check | grep -v -E '^(nvidia|triton)' || true
   "$PM_VENV/bin/python" "$HERE/vs_privacy_meter/peer_data.py" "$DATA/cifar10-jpeg" \
     "$PM_WORK/data" 2000
 }
@@ -64,7 +77,8 @@ peer_once() {  # $1: round
   "$PM_VENV/bin/python" "$HERE/vs_privacy_meter/peer_config.py" "$dir" "$PM_WORK/data" \
     "$EPOCHS" > "$dir/config.yaml"
   (cd "$PM_WORK/peer" && /usr/bin/time -v "$PM_VENV/bin/python" -c \
-    "import torch, runpy, sys; torch.set_num_threads($THREADS); \
+    "import sys; sys.path.insert(0, '$HERE/vs_privacy_meter'); import cpu_torchvision; \
+     import torch, runpy; torch.set_num_threads($THREADS); \
      sys.argv = ['run_mia.py', '--cf', '$dir/config.yaml']; runpy.run_path('run_mia.py', run_name='__main__')" \
     > "$dir/stdout.log" 2> "$dir/time.log")
   report peer "$1" "$dir/time.log"

@@ -13,6 +13,7 @@ import pickle
 import sys
 from pathlib import Path
 
+import cpu_torchvision  # noqa: F401  (before torchvision: see that module)
 import numpy as np
 from PIL import Image
 from torchvision import transforms
