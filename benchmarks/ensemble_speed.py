@@ -49,7 +49,8 @@ def main() -> None:
         batched.append(time.perf_counter() - started)
     seq, bat = statistics.median(sequential), statistics.median(batched)
     print(f"{args.model} width {args.width}, K {args.k}, {args.epochs} epochs, threads "
-          f"{args.threads}: sequential {seq:.2f} s, ensemble {bat:.2f} s, speed-up {seq / bat:.2f}x")
+          f"{args.threads}: sequential {seq:.2f} s, ensemble {bat:.2f} s, "
+          f"speed-up {seq / bat:.2f}x")
 
 
 if __name__ == "__main__":

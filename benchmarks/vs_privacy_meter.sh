@@ -106,7 +106,7 @@ report() {  # tool round time.log -> one line: wall, CPU (user+sys), peak RSS
 
 run() {
   local rounds="${1:-3}"
-  echo "# $(date -u +%FT%TZ) epochs $EPOCHS threads $THREADS $(nproc) cores" | tee -a "$PM_WORK/results.txt"
+  echo "# $(date -u +%FT%TZ) epochs $EPOCHS threads $THREADS $(nproc --all) cores" | tee -a "$PM_WORK/results.txt"
   for round in $(seq 1 "$rounds"); do  # A/B alternated, B first on even rounds
     if (( round % 2 )); then peer_once "$round"; miaudit_once "$round"
     else miaudit_once "$round"; peer_once "$round"; fi
