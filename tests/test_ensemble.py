@@ -87,7 +87,10 @@ def test_train_ensemble_returns_what_train_model_returns():
         "model": {"name": "small_cnn", "width": 0.25},
         "train": {"epochs": 2, "batch_size": 16}, "attacks": ["loss"]}))
     jobs = planned.jobs[:3]
-    batched = train_ensemble(jobs, planned.pool, planned.plan, planned.device, size=2)
+    done = []
+    batched = train_ensemble(jobs, planned.pool, planned.plan, planned.device, size=2,
+                             on_done=lambda job, state, meta: done.append(job.index))
+    assert sorted(done) == [job.index for job in jobs]
     for job, (state, meta) in zip(jobs, batched):
         ref_state, ref_meta = train_model(job, planned.pool, planned.plan, planned.device)
         assert meta["index"] == ref_meta["index"] and meta["seed"] == ref_meta["seed"]

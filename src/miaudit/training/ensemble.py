@@ -149,15 +149,23 @@ def fit_ensemble(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
 
 def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.device,
                    size: int = 8, progress: Any = None,
-                   ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+                   on_done: Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], None]
+                   | None = None) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
     """Train the pipeline's ``ModelJob``s, ``size`` at a time where they can share one
     vectorized run (same architecture and recipe, standard recipe without penalties, equal
     member counts, a supported model), the rest one by one with ``pipeline.train_model``.
     Returns, per job and in order, what ``pipeline.train_model`` returns: (CPU state dict,
-    JSON-able meta)."""
+    JSON-able meta). ``on_done(job, state, meta)`` is called as each model finishes (so the
+    train stage can save it at once and a killed run loses at most one chunk)."""
     from miaudit.pipeline import build_registry_model, train_model  # the pipeline imports us
 
     results: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
+
+    def finish(job: Any, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        results[job.index] = (state, meta)
+        if on_done is not None:
+            on_done(job, state, meta)
+
     groups: dict[tuple[str, str, int], list[Any]] = {}
     for job in jobs:
         member_count = int(plan.keep[job.index].sum())
@@ -165,7 +173,7 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
             key = (job.model.model_dump_json(), job.train.model_dump_json(), member_count)
             groups.setdefault(key, []).append(job)
         else:
-            results[job.index] = train_model(job, pool, plan, device, progress)
+            finish(job, *train_model(job, pool, plan, device, progress))
     for group in groups.values():
         for start in range(0, len(group), size):
             chunk = group[start : start + size]
@@ -175,7 +183,7 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
                 models.append(build_registry_model(job.model, pool))
             if len(chunk) == 1 or ensemble_unsupported(models[0]) is not None:
                 for job in chunk:
-                    results[job.index] = train_model(job, pool, plan, device, progress)
+                    finish(job, *train_model(job, pool, plan, device, progress))
                 continue
             members = [torch.from_numpy(plan.keep[job.index]).nonzero().flatten()
                        for job in chunk]
@@ -188,6 +196,5 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
                         "model": job.model.model_dump(mode="json"), "recipe": job.train.recipe,
                         "train_seconds": round(seconds, 3), "ensemble": len(chunk),
                         "log": {k: [float(v) for v in values] for k, values in log.items()}}
-                results[job.index] = ({k: v.detach().cpu() for k, v in
-                                       model.state_dict().items()}, meta)
+                finish(job, {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta)
     return [results[job.index] for job in jobs]
