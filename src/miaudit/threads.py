@@ -3,7 +3,8 @@
 Measured (``benchmarks/threads_bench.py``: small_cnn on digits, engine.fit, batch 64, seconds
 per epoch, 7 alternated repeats of 3 epochs) on the 2-core development machine shared with ~6
 other busy agents (load average 6.3-7.0): 1 thread 0.376 s/epoch (min 0.255, max 2.22),
-2 threads 5.53 s/epoch (min 3.70, max 17.1), i.e. 15x slower. When cores are oversubscribed the
+2 threads 5.53 s/epoch (min 3.70, max 17.1), i.e. 15x slower; at load 2.0-2.6 (5 repeats):
+1 thread 0.070 s/epoch, 2 threads 4.01 s/epoch (57x slower). When cores are oversubscribed the
 threads of one operator wait for each other at every barrier (and OpenMP teams spin while they
 wait), so a second thread costs far more than it could gain; small models gain little from it
 even on an idle machine (their kernels last microseconds, the fork/join per operator is of the
