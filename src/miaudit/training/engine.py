@@ -8,6 +8,7 @@ SNN conversion, replace-then-finetune) override :meth:`Recipe.prepare` or :meth:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +50,8 @@ class TrainEnv:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     seed: int = 0
     progress: Callable[[int, int, dict[str, float]], None] | None = None  # (epoch, epochs, stats)
+    #: CUDA only: channels_last + bfloat16 autocast (training.speedups); no effect elsewhere
+    cuda_speedups: bool = False
 
 
 @dataclass
@@ -179,10 +182,18 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     generator = torch.Generator().manual_seed(env.seed)
     torch.manual_seed(env.seed)  # model-internal randomness (dropout, SDE noise)
     model = model.to(env.device)
+    autocast: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if env.cuda_speedups:
+        from miaudit.training.speedups import cuda_speedups
+
+        model, autocast = cuda_speedups(model, env.device)
     state = FitState(
         model=model, optimizer=make_optimizer(model, params), params=params, env=env, x=x, y=y,
         x_val=x_val, y_val=y_val, generator=generator,
-        batches=shuffled_batches(x, y, params.batch_size, generator),
+        # The default sampler gathers batches from copies resident on the training device: one
+        # transfer instead of one per batch, and augmentation runs where the model does.
+        batches=shuffled_batches(x.to(env.device), y.to(env.device), params.batch_size,
+                                 generator),
         steps_per_epoch=max(1, math.ceil(len(y) / params.batch_size)),
     )
     recipe.prepare(state)
@@ -194,22 +205,26 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     for epoch in range(params.epochs):
         started = time.perf_counter()
         state.model.train()
-        loss_sum, seen = 0.0, 0
+        # The loss sum stays a tensor and is read (and checked) once per epoch: a per-step
+        # .item() or isfinite() test blocks until a CUDA device has finished the step.
+        loss_sum, seen = torch.zeros((), device=env.device), 0
         for xb, yb in state.batches(epoch):
             if len(yb) == 0:  # Poisson sampling can draw an empty batch
                 continue
             xb = augment(xb, params.crop_padding, params.flip, generator)
             xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
             state.optimizer.zero_grad(set_to_none=True)
-            loss = recipe.objective(state.model, xb, yb)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} at epoch {epoch}")
+            with autocast:
+                loss = recipe.objective(state.model, xb, yb)
             loss.backward()
             state.optimizer.step()
             schedule.step()
-            loss_sum += loss.item() * len(yb)
+            loss_sum += loss.detach() * len(yb)
             seen += len(yb)
-        state.record(epoch=epoch, loss=loss_sum / max(1, seen),
+        epoch_loss = loss_sum.item() / max(1, seen)
+        if not math.isfinite(epoch_loss):
+            raise FloatingPointError(f"training loss became {epoch_loss} at epoch {epoch}")
+        state.record(epoch=epoch, loss=epoch_loss,
                      seconds=time.perf_counter() - started)
         recipe.end_epoch(state, epoch)
         if env.progress is not None:
