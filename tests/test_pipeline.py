@@ -283,3 +283,15 @@ def test_sde_targets_record_paper_a_guarantee_and_the_bound_plot(tmp_path):
     assert nsde["lipschitz_source"].startswith("assumed L = 1")
     assert nsde["in_range"] == (0 < nsde["epsilon_implied"] < 1)
     assert (results.run_dir / "roc_dp_bound.png").exists()
+
+
+def test_ensemble_training_writes_every_model_and_matches_sequential(tmp_path):
+    sequential = _quiet(tiny_audit(tmp_path / "a", share_models=False))
+    ensemble = _quiet(tiny_audit(tmp_path / "b", share_models=False,
+                                 train={**tiny_audit(tmp_path)["train"], "ensemble": 4}))
+    assert ensemble.run_dir.name != sequential.run_dir.name  # its own identity
+    for label in ("loss", "lira"):
+        assert ensemble.metric(label, "auc") == pytest.approx(
+            sequential.metric(label, "auc"), abs=0.02)
+    assert ensemble.summary["target_models"]["train_accuracy"] == pytest.approx(
+        sequential.summary["target_models"]["train_accuracy"], abs=0.03)

@@ -99,8 +99,10 @@ def audit(
                     "(YAML value), repeatable")] = None,
     executor: Annotated[str | None, typer.Option(help="local | ray (a local Ray cluster; "
                         "options with --set executor.address=auto etc.)")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch intra-op threads (default: "
-                       "torch's choice; set it on a machine with other load)")] = None,
+    threads: Annotated[str | None, typer.Option(help="torch intra-op threads, or auto (from "
+                       "the cores and the load); default: torch's choice. Set it on a "
+                       "machine with other load: 2 threads there can be 15x slower than 1")]
+    = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
     wait: Annotated[bool, typer.Option(help="wait for another process working in the same "
                     "run directory instead of stopping")] = False,

@@ -131,6 +131,10 @@ class TrainConfig(_Strict):
     milestones: tuple[float, ...] = _train_default("milestones")
     crop_padding: int = Field(default=_train_default("crop_padding"), ge=0)
     flip: bool = _train_default("flip")
+    # train up to this many same-architecture models at once as one vectorized ensemble
+    # (torch.func; equal to sequential training within float tolerance; see training/ensemble)
+    ensemble: int = Field(default=1, ge=1, le=256)
+    amp: bool = False  # CUDA only: channels_last + bfloat16 autocast (no-op on CPU)
 
     @field_validator("recipe")
     @classmethod
@@ -150,7 +154,7 @@ class TrainConfig(_Strict):
         return TrainParams(**{name: getattr(self, name) for name in names})
 
 
-_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties"}
+_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "amp"}
 if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(TrainParams)}:
     raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
 
@@ -273,7 +277,17 @@ class AuditConfig(_Strict):
     device: str = "auto"
     # where the per-model train jobs run: local (in this process) or ray (see miaudit.executors)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    threads: int | None = Field(default=None, ge=1, le=1024)  # torch intra-op threads
+    # torch intra-op threads: None keeps torch's choice; "auto" picks from the cores and the
+    # load (miaudit.threads.default_threads; fastest on a shared machine, but the thread count,
+    # and so the last bits of the weights, may then differ between runs)
+    threads: int | Literal["auto"] | None = Field(default=None)
+
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and not 1 <= value <= 1024:
+            raise ValueError(f"threads must be 1..1024 or auto, got {value}")
+        return value
 
     @field_validator("queries")
     @classmethod

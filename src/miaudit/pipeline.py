@@ -214,7 +214,9 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     a dry build of every architecture (a bad model option fails here, before training)."""
     device = resolve_device(cfg.device)
     if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+        from miaudit.threads import default_threads
+
+        torch.set_num_threads(default_threads() if cfg.threads == "auto" else cfg.threads)
     pool = load_pool(cfg)
     check_pool(cfg, pool)
     members = None if cfg.target is None else read_members(cfg.target.members, len(pool))
@@ -397,6 +399,9 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         device = str(train_device(planned.cfg, planned.device))
         jobs = [Job(job.index, (job, *shared, device, on_epoch if local else None))
                 for job in todo]
+        if local and planned.cfg.train.ensemble > 1:
+            train_ensembles(jobs, planned, on_start, on_done)
+            jobs = []
         try:
             pool.run(jobs, run_model_job, on_done, on_start)
         except JobFailedError as error:
@@ -408,6 +413,20 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         console.print(f"trained {len(todo)} model(s) in {seconds:.1f} s "
                       f"({seconds / len(todo):.1f} s per model, device {device})")
     return seconds
+
+
+def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any) -> None:
+    """``train.ensemble`` > 1 (local executor): train up to that many models at once as one
+    vectorized ensemble where they can share a run; each model is written as it finishes."""
+    from miaudit.training.ensemble import train_ensemble
+
+    by_index = {job.index: job for job in jobs}
+    for job in jobs:
+        on_start(job)
+    train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
+                   train_device(planned.cfg, planned.device), size=planned.cfg.train.ensemble,
+                   on_done=lambda model_job, state, meta: on_done(
+                       by_index[model_job.index], (state, meta), 0.0))
 
 
 def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -439,7 +458,8 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
         held_out = torch.from_numpy(plan.split.holdout)
         x_val, y_val = pool.x[held_out], pool.y[held_out]
     started = time.perf_counter()
-    env = TrainEnv(device=device, seed=job.seed, progress=progress)
+    env = TrainEnv(device=device, seed=job.seed, progress=progress,
+                   cuda_speedups=job.train.amp)
     try:
         model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
                                   env, x_val, y_val)
