@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -135,6 +135,18 @@ class TrainConfig(_Strict):
     # (torch.func; equal to sequential training within float tolerance; see training/ensemble)
     ensemble: int = Field(default=1, ge=1, le=256)
     amp: bool = False  # CUDA only: channels_last + bfloat16 autocast (no-op on CPU)
+
+    #: fields added after layout 2 whose default reproduces the earlier behaviour exactly:
+    #: left out of identities at that default, so adding them kept existing models valid
+    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "amp": False}
+
+    def identity_dump(self) -> dict[str, Any]:
+        """The JSON dump that identifies models trained with this config."""
+        dump = self.model_dump(mode="json")
+        for name, neutral in self.IDENTITY_NEUTRAL.items():
+            if dump.get(name) == neutral:
+                dump.pop(name)
+        return dump
 
     @field_validator("recipe")
     @classmethod

@@ -100,7 +100,12 @@ class Audit:
 
 
 def _dump(model: Any) -> Any:
-    return None if model is None else model.model_dump(mode="json")
+    """A config section as it enters identities (TrainConfig leaves out identity-neutral
+    fields at their neutral defaults)."""
+    if model is None:
+        return None
+    dump = getattr(model, "identity_dump", None)
+    return dump() if dump is not None else model.model_dump(mode="json")
 
 
 def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
