@@ -91,3 +91,9 @@ def test_query_presets_expand():
 def test_a_dumped_config_loads_back_unchanged():
     cfg = validate_config({"train": {"penalties": ["l1:weight=1e-5"]}})
     assert validate_config(cfg.model_dump(mode="json")) == cfg
+
+
+def test_fields_added_with_a_neutral_default_do_not_change_identities():
+    train = validate_config({}).train
+    assert "ensemble" not in train.identity_dump() and "amp" not in train.identity_dump()
+    assert validate_config({"train": {"ensemble": 4}}).train.identity_dump()["ensemble"] == 4
