@@ -17,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from miaudit.data import DataError, DataSplits, cifar, imagefolder
+from miaudit.data import DataError, cifar, imagefolder
 from miaudit.data import cache as cache_module
 from miaudit.registry import DATASETS
 
@@ -375,32 +375,22 @@ def test_loading_never_writes_into_the_data_folder(tmp_path, monkeypatch):
     assert len(entries(tmp_path / "xdg" / "miaudit")) == 1
 
 
-def test_data_digest_sees_every_part_of_the_data():
-    def splits(**change):
-        parts = {"x_train": torch.zeros(4, 3), "y_train": torch.tensor([0, 1, 0, 1]),
-                 "x_test": torch.ones(2, 3), "y_test": torch.tensor([1, 0]),
-                 "num_classes": 2, "class_names": ["a", "b"]}
-        return DataSplits(**{**parts, **change})
+def test_pool_digest_sees_inputs_labels_and_shapes():
+    from miaudit.identity import pool_digest
 
-    base = cache_module.data_digest(splits())
-    assert base == cache_module.data_digest(splits())  # deterministic
+    x, y = torch.zeros(4, 3), torch.tensor([0, 1, 0, 1])
+    base = pool_digest(x, y)
+    assert base == pool_digest(x.clone(), y.clone())  # deterministic
     changed = [
-        {"x_train": torch.zeros(4, 3).index_fill_(1, torch.tensor([2]), 1e-7)},
-        {"y_train": torch.tensor([0, 1, 1, 1])},
-        {"x_test": torch.ones(2, 3) * 0.5},
-        {"y_test": torch.tensor([0, 1])},
-        {"class_names": ["a", "c"]},
-        {"num_classes": 3},
-        {"x_train": torch.zeros(4, 3, 1)},  # same bytes, another shape
-        {"x_train": torch.zeros(2, 3), "y_train": torch.tensor([0, 1]),  # moved between parts
-         "x_test": torch.cat([torch.zeros(2, 3), torch.ones(2, 3)]),
-         "y_test": torch.tensor([0, 1, 1, 0])},
+        (torch.zeros(4, 3).index_fill_(1, torch.tensor([2]), 1e-7), y),
+        (x, torch.tensor([0, 1, 1, 1])),
+        (torch.zeros(4, 3, 1), y),  # same bytes, another shape
+        (x.double(), y),  # same values, another dtype
     ]
-    digests = {cache_module.data_digest(splits(**c)) for c in changed}
+    digests = {pool_digest(cx, cy) for cx, cy in changed}
     assert base not in digests and len(digests) == len(changed)
     strided = torch.arange(12.0).reshape(3, 4).t()  # a non-contiguous view hashes as its values
-    assert (cache_module.data_digest(splits(x_train=strided))
-            == cache_module.data_digest(splits(x_train=strided.contiguous())))
+    assert pool_digest(strided, y[:4]) == pool_digest(strided.contiguous(), y[:4])
 
 
 def test_cache_write_is_atomic_and_leaves_no_temporaries(tmp_path, private_cache):

@@ -23,14 +23,19 @@ __all__ = ["array_digest", "text_digest"]
 IDENTITY_VERSION = 2  # bump when the meaning of an artefact changes
 
 
+def _update(digest: Any, values: Any) -> None:
+    """Feed an array's dtype, shape and bytes (a torch tensor or numpy array) to ``digest``."""
+    array = np.ascontiguousarray(values.numpy() if hasattr(values, "numpy") else values)
+    digest.update(str((array.dtype, array.shape)).encode())
+    digest.update(memoryview(array).cast("B"))
+
+
 def pool_digest(x: Any, y: Any) -> str:
     """Content digest of the audit pool (inputs and labels): a changed data set on disk
     changes it, so stale models are never reused."""
     digest = hashlib.sha256()
     for tensor in (x, y):
-        array = np.ascontiguousarray(tensor.numpy() if hasattr(tensor, "numpy") else tensor)
-        digest.update(str((array.dtype, array.shape)).encode())
-        digest.update(memoryview(array).cast("B"))
+        _update(digest, tensor)
     return digest.hexdigest()
 
 
@@ -69,6 +74,8 @@ def eval_identity(model: str, settings: dict[str, Any]) -> str:
     return text_digest({"model": model, "evaluation": settings})[:24]
 
 
-def array_digest(array: np.ndarray) -> str:
-    array = np.ascontiguousarray(array)
-    return hashlib.sha256(str((array.dtype, array.shape)).encode() + array.tobytes()).hexdigest()
+
+def array_digest(array: Any) -> str:
+    digest = hashlib.sha256()
+    _update(digest, array)
+    return digest.hexdigest()

@@ -98,6 +98,12 @@ class Audit:
     def run_dir(self) -> Path:
         return self.cfg.output_dir / f"{self.cfg.run_name()}-{self.run_identity[:12]}"
 
+    @property
+    def cache(self) -> ModelCache | None:
+        """The model cache shared between run directories (None when share_models is off)."""
+        return ModelCache(self.cfg.output_dir / "model_cache") if self.cfg.share_models \
+            else None
+
 
 def _dump(model: Any) -> Any:
     """A config section as it enters identities (TrainConfig leaves out identity-neutral
@@ -119,9 +125,7 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
     run = RunDir(planned.run_dir)
     made_output_dir = not cfg.output_dir.exists()
     with run.lock(wait=wait), _removed_if_failed(run, made_output_dir):
-        swept = run.sweep()
-        if cfg.share_models:
-            swept += ModelCache(cfg.output_dir / "model_cache").sweep()
+        swept = run.sweep() + (planned.cache.sweep() if planned.cache is not None else 0)
         if swept:
             console.print(f"[dim]removed {swept} temporary file(s) a killed run left[/dim]")
         run.claim(planned.run_identity, cfg.model_dump(mode="json"))
@@ -365,8 +369,7 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
     the seconds spent. Each finished model is written by this (driver) process as it
     arrives, so an interrupted stage resumes from the models already written."""
     todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
-    cache = ModelCache(planned.cfg.output_dir / "model_cache") if planned.cfg.share_models \
-        else None
+    cache = planned.cache
     if cache is not None:
         fetched = [job for job in todo if fetch_model(cache, run, job)]
         todo = [job for job in todo if job not in fetched]
@@ -529,8 +532,7 @@ def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -
 
 def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:
     """Outputs of every (model, query spec) that has no valid record; returns the seconds."""
-    cache = ModelCache(planned.cfg.output_dir / "model_cache") if planned.cfg.share_models \
-        else None
+    cache = planned.cache
     started = time.perf_counter()
     missing = {job.index: [s for s in planned.cfg.queries
                            if run.output_record(job.index, query_key(job, s)) is None]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from miaudit.data._base import DataError, DataSplits
+from miaudit.data._base import DataError
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +123,6 @@ def arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
         array = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}\0{array.dtype.str}\0{array.shape}\n".encode())
         digest.update(memoryview(array).cast("B"))
-    return digest.hexdigest()
-
-
-def data_digest(splits: DataSplits) -> str:
-    """SHA-256 of a loaded data set: bytes, dtypes and shapes of its four tensors, its class
-    count and class names. Part of every trained model's identity, so a model is never reused
-    for data that changed (ML Privacy Meter keys its cache by name only and silently does)."""
-    digest = hashlib.sha256()
-    for name in ("x_train", "y_train", "x_test", "y_test"):
-        tensor = getattr(splits, name).detach().cpu().contiguous()
-        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\n".encode())
-        # a uint8 view of the storage: any dtype (bfloat16 too) hashes without a copy
-        digest.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
-    digest.update(json.dumps({"num_classes": splits.num_classes,
-                              "class_names": list(splits.class_names)}).encode())
     return digest.hexdigest()
 
 
