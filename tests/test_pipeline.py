@@ -214,6 +214,9 @@ def test_robust_evaluation_and_memorization_analysis_are_written(tmp_path):
     stats = results.summary["target_models"]
     assert 0 <= stats["test_robust_acc"] <= stats["test_natural_acc"] <= 1
     assert stats["train_robust_acc"] < stats["train_natural_acc"]
+    per_target = stats["test_robust_acc_per_target"]  # one value per target, their mean above
+    assert len(per_target) == len(results.summary["targets"])
+    assert np.mean(per_target) == pytest.approx(stats["test_robust_acc"])
     table = json.loads((results.run_dir / "memorization.json").read_text())
     assert table["attack"] == "lira" and len(table["bins"]) == 22
     assert (results.run_dir / "memorization.png").exists()

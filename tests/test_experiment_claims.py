@@ -1,0 +1,68 @@
+"""experiments/claims.py: the intervals and verdicts behind the experiments' claims table."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = importlib.util.spec_from_file_location("claims", ROOT / "experiments" / "claims.py")
+claims = importlib.util.module_from_spec(SPEC)
+sys.modules["claims"] = claims  # dataclasses look their module up
+SPEC.loader.exec_module(claims)
+
+
+def test_hanley_mcneil_at_chance_is_the_mann_whitney_null_variance():
+    # Hanley & McNeil (1982) Eq. 2 at A = 1/2, m = n: (2n + 1) / (12 n^2), the exact variance
+    # of the Mann-Whitney statistic under the null.
+    n = 2000
+    auc, low, high = claims.hanley_mcneil(0.5, n, n)
+    half = 1.959964 * math.sqrt((2 * n + 1) / (12 * n * n))
+    assert auc == 0.5 and high - auc == pytest.approx(half, rel=1e-5)
+    assert auc - low == pytest.approx(half, rel=1e-5)
+
+
+def test_hanley_mcneil_covers_the_auc_spread_of_a_simulation():
+    # Brute force: the std of the AUC over repeated draws matches the formula's standard error.
+    rng = np.random.default_rng(0)
+    m = 400
+    aucs = [roc_auc_score(np.r_[np.ones(m), np.zeros(m)],
+                          np.r_[rng.normal(1.0, 1, m), rng.normal(0.0, 1, m)])
+            for _ in range(400)]
+    auc, low, high = claims.hanley_mcneil(float(np.mean(aucs)), m, m)
+    assert (high - low) / (2 * 1.959964) == pytest.approx(np.std(aucs), rel=0.15)
+
+
+def test_verdicts_follow_interval_separation():
+    higher, lower, overlapping = (0.7, 0.68, 0.72), (0.6, 0.58, 0.62), (0.69, 0.66, 0.71)
+    assert claims.compare(higher, lower, "greater") == "reproduced"
+    assert claims.compare(lower, higher, "greater") == "not reproduced"
+    assert claims.compare(higher, overlapping, "greater") == "inconclusive"
+    assert claims.compare(higher, overlapping, "similar") == "reproduced"
+    assert claims.compare(higher, lower, "similar") == "not reproduced"
+
+
+def test_t_interval_of_identical_values_has_no_width():
+    assert claims.t_interval([0.3, 0.3, 0.3]) == pytest.approx((0.3, 0.3, 0.3))
+    mean, low, high = claims.t_interval([0.0, 1.0])  # n = 2: t(0.975, 1) = 12.706
+    std = math.sqrt(0.5)  # sample std (n - 1)
+    assert mean == 0.5 and high - mean == pytest.approx(12.7062 * std / math.sqrt(2), rel=1e-4)
+
+
+def test_spearman_interval_is_symmetric_in_fisher_z():
+    rho, low, high = claims.spearman_interval(0.5, 1000)
+    assert low < 0.5 < high
+    assert math.atanh(high) - math.atanh(0.5) == pytest.approx(math.atanh(0.5) - math.atanh(low))
+
+
+def test_every_claim_names_known_rows_and_every_row_an_existing_config():
+    for claim in claims.CLAIMS:
+        assert claim.high in claims.ROWS, claim
+        assert not claim.low or claim.low in claims.ROWS, claim
+        assert set(claim.metrics) <= set(claims.METRIC_NAMES), claim
+    for row in claims.ROWS.values():
+        assert (ROOT / "experiments" / row.experiment / f"{row.stem}.yaml").is_file(), row
