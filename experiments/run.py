@@ -2,6 +2,7 @@
 
     python experiments/run.py digits_default            # one experiment
     python experiments/run.py --list
+    python experiments/run.py paper_a_headline --data-dir DATA --set model.width=1  # GPU scale
 
 Each experiment is a folder with one or more ``*.yaml`` audit configs. The audits run with the
 normal pipeline (run directories under ``runs/experiments``, resumable), then ``results.json``,
@@ -15,7 +16,9 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
+import yaml
 from rich.console import Console
 
 from miaudit.config import load_config
@@ -27,14 +30,14 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
-                   threads: int | None = None) -> Path:
+                   threads: int | None = None, sets: dict[str, Any] | None = None) -> Path:
     folder = HERE / name
     outputs = folder / "outputs"
     outputs.mkdir(exist_ok=True)
     rows = []
     for config_file in sorted(folder.glob("*.yaml")):
         overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
-                     **({"threads": threads} if threads else {})}
+                     **({"threads": threads} if threads else {}), **(sets or {})}
         if data_dir is not None:
             overrides["data.data_dir"] = str(data_dir)
         cfg = load_config(config_file, overrides)
@@ -87,6 +90,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads per process (1 is fastest on a loaded machine)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field in every config of the experiment (YAML "
+                             "value), e.g. --set model.width=1 for the papers' scale")
     args = parser.parse_args()
     available = sorted(p.name for p in HERE.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
     if args.list or not args.names:
@@ -96,7 +102,18 @@ def main() -> None:
         if name not in available:
             raise SystemExit(f"unknown experiment {name!r}; available: {', '.join(available)}")
         print(json.dumps({"experiment": name, "outputs": str(run_experiment(
-            name, args.data_dir, args.device, args.threads))}))
+            name, args.data_dir, args.device, args.threads, parse_sets(args.sets)))}))
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, values read as YAML (as ``miaudit audit --set``)."""
+    sets = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects key.path=value, got {item!r}")
+        sets[key.strip()] = yaml.safe_load(raw)
+    return sets
 
 
 if __name__ == "__main__":
