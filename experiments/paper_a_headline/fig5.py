@@ -1,6 +1,7 @@
-"""Paper A, Fig. 5 at CPU scale: the pooled LiRA ROCs of SDENet (k = 0.5, the study's
-"sigma = 2") and of the non-private NSDE (k = 0; here the same model as ODENet) under the
-(epsilon = 1, delta = 1e-5) DP bound of Kairouz et al. (miaudit.privacy.bounds.roc_bound).
+"""Paper A, Fig. 5 at CPU scale: the pooled LiRA ROCs of SDENet (sigma = 2 as the study; and
+k = 0.5, sigma = 1 at our 4 steps) and of the non-private NSDE (sigma = 0; here the same model as
+ODENet) under the (epsilon = 1, delta = 1e-5) DP bound of Kairouz et al.
+(miaudit.privacy.bounds.roc_bound).
 
 Needs the run directories of ``python experiments/run.py paper_a_headline`` (their per-sample
 scores are not committed); writes ``outputs/fig5_roc_dp_bound.png`` and
@@ -20,8 +21,8 @@ from miaudit.privacy.bounds import plot_roc_bounds, roc_bound
 from miaudit.report import pooled_rocs
 
 HERE = Path(__file__).parent
-CURVES = {"SDENet k=0.5 (sigma label 2)": "3_sdenet_k0.5", "SDENet k=0 (sigma 0)": "4_sdenet_k0",
-          "ResNet-14": "1_resnet14"}
+CURVES = {"SDENet sigma=2": "5_sdenet_sigma2", "SDENet k=0.5 (sigma=1)": "3_sdenet_k0.5",
+          "SDENet sigma=0": "4_sdenet_k0", "ResNet-14": "1_resnet14"}
 EPSILON, DELTA = 1.0, 1e-5
 ATTACK = "lira"
 
