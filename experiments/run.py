@@ -3,6 +3,7 @@
     python experiments/run.py digits_default            # one experiment
     python experiments/run.py --list
     python experiments/run.py paper_a_headline --data-dir DATA --set model.width=1  # GPU scale
+    python experiments/run.py paper_a_headline --only 5_sdenet_sigma2  # one config, same summary
 
 Each experiment is a folder with one or more ``*.yaml`` audit configs. The audits run with the
 normal pipeline (run directories under ``runs/experiments``, resumable), then ``results.json``,
@@ -16,6 +17,7 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -30,12 +32,19 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
-                   threads: int | None = None, sets: dict[str, Any] | None = None) -> Path:
+                   threads: int | None = None, sets: dict[str, Any] | None = None,
+                   only: list[str] | None = None) -> Path:
+    """Run the experiment's configs (``only``: those stems; the others' rows come from their
+    committed outputs when their run directories are still here) and write ``outputs/``."""
     folder = HERE / name
     outputs = folder / "outputs"
     outputs.mkdir(exist_ok=True)
     rows = []
     for config_file in sorted(folder.glob("*.yaml")):
+        if only and config_file.stem not in only:
+            if (row := committed_row(outputs, config_file.stem)) is not None:
+                rows.append(row)
+            continue
         overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
                      **({"threads": threads} if threads else {}), **(sets or {})}
         if data_dir is not None:
@@ -55,6 +64,16 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
         write_compare_html(comparison(load_views([r.run_dir for _, r in rows])),
                            outputs / "compare.html")
     return outputs
+
+
+def committed_row(outputs: Path, stem: str) -> tuple[str, Any] | None:
+    """(stem, results-like) of a config not rerun: its committed results.json and run dir."""
+    path = outputs / f"{stem}.results.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text())
+    run_dir = Path(summary["run_dir"])
+    return (stem, SimpleNamespace(run_dir=run_dir, summary=summary)) if run_dir.is_dir() else None
 
 
 def markdown(rows: list[tuple[str, Results]]) -> str:
@@ -93,6 +112,9 @@ def main() -> None:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field in every config of the experiment (YAML "
                              "value), e.g. --set model.width=1 for the papers' scale")
+    parser.add_argument("--only", action="append", default=[], metavar="STEM",
+                        help="run only this config (repeatable); the summary keeps the others' "
+                             "committed rows")
     args = parser.parse_args()
     available = sorted(p.name for p in HERE.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
     if args.list or not args.names:
@@ -102,7 +124,8 @@ def main() -> None:
         if name not in available:
             raise SystemExit(f"unknown experiment {name!r}; available: {', '.join(available)}")
         print(json.dumps({"experiment": name, "outputs": str(run_experiment(
-            name, args.data_dir, args.device, args.threads, parse_sets(args.sets)))}))
+            name, args.data_dir, args.device, args.threads, parse_sets(args.sets),
+            args.only))}))
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
