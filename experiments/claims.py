@@ -129,23 +129,21 @@ A_ROWS = [
 
 
 def c_row(label: str, stem: str, attack: str, paper: tuple[float, float, float],
-          test_accuracy: float) -> Row:
-    """Paper C prints AUC, TPR@0.1% and TPR@1% all in percent."""
+          test_accuracy: float, experiment: str = "paper_c_snn") -> Row:
+    """Paper C prints AUC, TPR@0.1% and TPR@1% all in percent. ``experiment``: paper_c_snn
+    (width 1) or snn_study (width 0.5, the only scale with same-architecture SNN references
+    and direct training: their queries did not fit the CPU budget at width 1)."""
     auc, low, one = paper
-    return Row(label, "paper_c_snn", stem, attack,
+    return Row(label, experiment, stem, attack,
                {"auc": auc / 100, "tpr@0.1%": low / 100, "tpr@1%": one / 100},
                (NAN, test_accuracy))
 
 
 C_ROWS = [
-    # Table 2 (same-architecture references): the ANN, and the SNN T = 1 with SNN references
+    # Table 2 (same-architecture references): the ANN
     c_row("ANN: Attack-P", "0_ann", "attack_p", (56.61, 0.0, 0.0), 90.9),
     c_row("ANN: Attack-R", "0_ann", "attack_r", (59.49, 0.0, 0.0), 90.9),
     c_row("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9),
-    c_row("SNN T=1, SNN refs: RMIA", "5_snn_t1_same_refs", "rmia_simple",
-          (59.89, 0.84, 3.82), 86.1),
-    c_row("SNN T=1, SNN refs: RMIA + dropout", "5_snn_t1_same_refs", "rmia_simple+input_dropout",
-          (63.84, 1.86, 6.34), 86.1),
     # Table 4 (ANN references)
     c_row("SNN T=1: Attack-P", "1_snn_t1", "attack_p", (54.58, 0.08, 0.87), 86.1),
     c_row("SNN T=1: Attack-R", "1_snn_t1", "attack_r", (53.26, 0.0, 1.74), 86.1),
@@ -158,12 +156,20 @@ C_ROWS = [
     c_row("SNN T=4: RMIA", "4_snn_t4", "rmia_simple", (61.32, 1.05, 4.55), 88.2),
     c_row("SNN T=4: RMIA + dropout", "4_snn_t4", "rmia_simple+input_dropout",
           (62.29, 0.89, 4.98), 88.2),
-    # Table 5 (directly trained, T = 4; ours with ANN references)
-    c_row("direct SNN T=4: Attack-P", "6_snn_direct_t4", "attack_p", (59.76, 0.05, 1.05), 87.0),
-    c_row("direct SNN T=4: Attack-R", "6_snn_direct_t4", "attack_r", (63.53, 0.0, 0.0), 87.0),
-    c_row("direct SNN T=4: RMIA", "6_snn_direct_t4", "rmia_simple", (63.85, 1.04, 5.76), 87.0),
-    c_row("direct SNN T=4: RMIA + dropout", "6_snn_direct_t4", "rmia_simple+input_dropout",
-          (67.58, 3.56, 8.86), 87.0),
+    # width 0.5 (snn_study): Table 2 with SNN references, Table 5 (direct training, T = 4)
+    *[c_row(f"[w0.5] {label}", stem, attack, paper, acc, "snn_study") for label, stem, attack,
+      paper, acc in (
+        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9),
+        ("SNN T=1, ANN refs: RMIA", "1_snn_t1", "rmia_simple", (58.52, 0.69, 3.40), 86.1),
+        ("SNN T=1, SNN refs: RMIA", "5_snn_t1_same_refs", "rmia_simple", (59.89, 0.84, 3.82),
+         86.1),
+        ("SNN T=1, SNN refs: RMIA + dropout", "5_snn_t1_same_refs",
+         "rmia_simple+input_dropout", (63.84, 1.86, 6.34), 86.1),
+        ("direct SNN T=4: Attack-P", "6_snn_direct_t4", "attack_p", (59.76, 0.05, 1.05), 87.0),
+        ("direct SNN T=4: Attack-R", "6_snn_direct_t4", "attack_r", (63.53, 0.0, 0.0), 87.0),
+        ("direct SNN T=4: RMIA", "6_snn_direct_t4", "rmia_simple", (63.85, 1.04, 5.76), 87.0),
+        ("direct SNN T=4: RMIA + dropout", "6_snn_direct_t4", "rmia_simple+input_dropout",
+         (67.58, 3.56, 8.86), 87.0))],
 ]
 
 B_ROWS = [
@@ -210,18 +216,22 @@ CLAIMS = [
     Claim("C, Tab. 4", "SNN T=4: RMIA", "SNN T=4: Attack-R", AUC),
     Claim("C, Tab. 4", "SNN T=4: Attack-R", "SNN T=4: Attack-P", AUC,
           note="the paper's own Table 4 has Attack-R below Table 2's Attack-P at T = 4"),
-    Claim("C, Tab. 5", "direct SNN T=4: RMIA", "direct SNN T=4: Attack-R", AUC),
-    Claim("C, Tab. 5", "direct SNN T=4: Attack-R", "direct SNN T=4: Attack-P", AUC),
-    Claim("C, Tab. 2 (ANN >= SNN)", "ANN: RMIA", "SNN T=1, SNN refs: RMIA", AUC_1),
+    Claim("C, Tab. 5", "[w0.5] direct SNN T=4: RMIA", "[w0.5] direct SNN T=4: Attack-R", AUC),
+    Claim("C, Tab. 5", "[w0.5] direct SNN T=4: Attack-R", "[w0.5] direct SNN T=4: Attack-P",
+          AUC),
+    Claim("C, Tab. 2 (ANN >= SNN)", "[w0.5] ANN: RMIA", "[w0.5] SNN T=1, SNN refs: RMIA", AUC_1),
+    Claim("C, Tab. 2/4 (ANN >= SNN)", "ANN: RMIA", "SNN T=1: RMIA", AUC_1,
+          note="SNN with ANN references: the attack is weaker too"),
     Claim("C, Tab. 4 (risk rises with T)", "SNN T=4: RMIA", "SNN T=1: RMIA", AUC_1),
     Claim("C, Tab. 4 (risk rises with T)", "SNN T=2: RMIA", "SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 2 (input dropout)", "SNN T=1, SNN refs: RMIA + dropout",
-          "SNN T=1, SNN refs: RMIA", AUC_1),
+    Claim("C, Tab. 2 (input dropout)", "[w0.5] SNN T=1, SNN refs: RMIA + dropout",
+          "[w0.5] SNN T=1, SNN refs: RMIA", AUC_1),
+    Claim("C, Tab. 4 (input dropout)", "SNN T=1: RMIA + dropout", "SNN T=1: RMIA", AUC_1),
     Claim("C, Tab. 4 (input dropout)", "SNN T=4: RMIA + dropout", "SNN T=4: RMIA", AUC_1),
-    Claim("C, Tab. 5 (input dropout)", "direct SNN T=4: RMIA + dropout",
-          "direct SNN T=4: RMIA", AUC_1),
-    Claim("C, Tab. 2 vs 4 (ANN refs weaker)", "SNN T=1, SNN refs: RMIA", "SNN T=1: RMIA",
-          AUC_1),
+    Claim("C, Tab. 5 (input dropout)", "[w0.5] direct SNN T=4: RMIA + dropout",
+          "[w0.5] direct SNN T=4: RMIA", AUC_1),
+    Claim("C, Tab. 2 vs 4 (ANN refs weaker)", "[w0.5] SNN T=1, SNN refs: RMIA",
+          "[w0.5] SNN T=1, ANN refs: RMIA", AUC_1),
     Claim("B, Tab. 1", "ResNet-14 (memorization)", "", ("rho_members", "rho_nonmembers"),
           "positive"),
     Claim("B, Tab. 1", "ResNet-14 (memorization)", "", ("rho_nonmembers", "rho_members"),
