@@ -42,7 +42,7 @@ NAN = float("nan")
 METRIC_NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC", "gap": "gap",
                 "rho_members": "rho (members)", "rho_nonmembers": "rho (non-members)",
                 "bin_tpr_low": "TPR@0.1%, memorization 0", "bin_tpr_high":
-                "TPR@0.1%, memorization >= 0.5", "test_accuracy": "test acc",
+                "TPR@0.1%, memorization > 0.5", "test_accuracy": "test acc",
                 "robust_accuracy": "robust acc"}
 
 
@@ -131,8 +131,8 @@ A_ROWS = [
 def c_row(label: str, stem: str, attack: str, paper: tuple[float, float, float],
           test_accuracy: float, experiment: str = "paper_c_snn") -> Row:
     """Paper C prints AUC, TPR@0.1% and TPR@1% all in percent. ``experiment``: paper_c_snn
-    (width 1) or snn_study (width 0.5, the only scale with same-architecture SNN references
-    and direct training: their queries did not fit the CPU budget at width 1)."""
+    (width 1) or snn_study (width 0.5, the only scale with input dropout under SNN references
+    and with direct training: their queries did not fit the CPU budget at width 1)."""
     auc, low, one = paper
     return Row(label, experiment, stem, attack,
                {"auc": auc / 100, "tpr@0.1%": low / 100, "tpr@1%": one / 100},
@@ -156,6 +156,9 @@ C_ROWS = [
     c_row("SNN T=4: RMIA", "4_snn_t4", "rmia_simple", (61.32, 1.05, 4.55), 88.2),
     c_row("SNN T=4: RMIA + dropout", "4_snn_t4", "rmia_simple+input_dropout",
           (62.29, 0.89, 4.98), 88.2),
+    # Table 2 (same-architecture references), SNN T = 1 (identity queries only at width 1)
+    c_row("SNN T=1, SNN refs: RMIA", "5_snn_t1_same_refs", "rmia_simple", (59.89, 0.84, 3.82),
+          86.1),
     # width 0.5 (snn_study): Table 2 with SNN references, Table 5 (direct training, T = 4)
     *[c_row(f"[w0.5] {label}", stem, attack, paper, acc, "snn_study") for label, stem, attack,
       paper, acc in (
@@ -219,6 +222,7 @@ CLAIMS = [
     Claim("C, Tab. 5", "[w0.5] direct SNN T=4: RMIA", "[w0.5] direct SNN T=4: Attack-R", AUC),
     Claim("C, Tab. 5", "[w0.5] direct SNN T=4: Attack-R", "[w0.5] direct SNN T=4: Attack-P",
           AUC),
+    Claim("C, Tab. 2 (ANN >= SNN)", "ANN: RMIA", "SNN T=1, SNN refs: RMIA", AUC_1),
     Claim("C, Tab. 2 (ANN >= SNN)", "[w0.5] ANN: RMIA", "[w0.5] SNN T=1, SNN refs: RMIA", AUC_1),
     Claim("C, Tab. 2/4 (ANN >= SNN)", "ANN: RMIA", "SNN T=1: RMIA", AUC_1,
           note="SNN with ANN references: the attack is weaker too"),
@@ -230,6 +234,8 @@ CLAIMS = [
     Claim("C, Tab. 4 (input dropout)", "SNN T=4: RMIA + dropout", "SNN T=4: RMIA", AUC_1),
     Claim("C, Tab. 5 (input dropout)", "[w0.5] direct SNN T=4: RMIA + dropout",
           "[w0.5] direct SNN T=4: RMIA", AUC_1),
+    Claim("C, Tab. 2 vs 4 (ANN refs weaker)", "SNN T=1, SNN refs: RMIA", "SNN T=1: RMIA",
+          AUC_1),
     Claim("C, Tab. 2 vs 4 (ANN refs weaker)", "[w0.5] SNN T=1, SNN refs: RMIA",
           "[w0.5] SNN T=1, ANN refs: RMIA", AUC_1),
     Claim("B, Tab. 1", "ResNet-14 (memorization)", "", ("rho_members", "rho_nonmembers"),
@@ -319,7 +325,7 @@ def interval(row: Row, metric: str) -> Interval | None:
     return (pooled[metric], *pooled[f"{metric}_ci"])
 
 
-def test_accuracy(row: Row) -> float | None:
+def target_test_accuracy(row: Row) -> float | None:
     summary = load(row.experiment, row.stem)
     return None if summary is None else summary["target_models"]["test_accuracy"]
 
@@ -370,7 +376,7 @@ def metric_verdict(claim: Claim, metric: str) -> tuple[str, str]:
 def failed_rows(claim: Claim) -> list[str]:
     out = []
     for label in (claim.high, claim.low):
-        if label and (accuracy := test_accuracy(ROWS[label])) is not None \
+        if label and (accuracy := target_test_accuracy(ROWS[label])) is not None \
                 and accuracy < ACCURACY_FLOOR:
             out.append(f"{label} ({100 * accuracy:.1f}% test)")
     return out
