@@ -724,7 +724,8 @@ def privacy_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def robust_summary(run: RunDir, planned: Audit, targets: list[int]) -> dict[str, float]:
+def robust_summary(run: RunDir, planned: Audit,
+                   targets: list[int]) -> dict[str, float | list[float]]:
     """Mean natural/robust accuracy over targets, when robust evaluation ran."""
     robust = planned.cfg.robust_eval
     if robust is None:
