@@ -20,10 +20,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
 from rich.console import Console
 
+from miaudit.cli import parse_set_items
 from miaudit.config import load_config
+from miaudit.errors import MiauditError
 from miaudit.pipeline import Results, audit
 from miaudit.report import model_line, privacy_line
 from miaudit.reporting import compare_markdown
@@ -129,15 +130,11 @@ def main() -> None:
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs, values read as YAML (as ``miaudit audit --set``)."""
-    sets = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects key.path=value, got {item!r}")
-        sets[key.strip()] = yaml.safe_load(raw)
-    return sets
-
+    """``KEY=VALUE`` pairs, read as ``miaudit audit --set`` reads them."""
+    try:
+        return parse_set_items(items)
+    except MiauditError as error:
+        raise SystemExit(str(error)) from None
 
 if __name__ == "__main__":
     main()

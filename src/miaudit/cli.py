@@ -60,7 +60,14 @@ def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
         overrides["attacks"] = [a.strip() for a in attacks.split(";") if a.strip()]
     if queries:
         overrides["queries"] = [q.strip() for q in queries.split(";") if q.strip()]
-    for item in sets:
+    overrides.update(parse_set_items(sets))
+    return overrides
+
+
+def parse_set_items(items: list[str]) -> dict[str, Any]:
+    """``--set key.path=value`` items as overrides, each value read as YAML."""
+    overrides: dict[str, Any] = {}
+    for item in items:
         key, sep, raw = item.partition("=")
         if not sep:
             raise MiauditError(f"--set expects key.path=value, got {item!r}")
