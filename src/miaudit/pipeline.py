@@ -734,12 +734,13 @@ def robust_summary(run: RunDir, planned: Audit,
     tables = [read_json(run.eval_path(t, ids.eval_identity(planned.jobs[t].identity,
                                                            settings)))["robust"]
               for t in targets]
-    means = {f"{split}_{kind}": float(np.mean([table[split][kind] for table in tables]))
-             for split in ("train", "test") for kind in ("natural_acc", "robust_acc")}
-    # per target too, for intervals over the targets (the accuracies' spread)
-    per_target = {f"{split}_{kind}_per_target": [float(table[split][kind]) for table in tables]
-                  for split in ("train", "test") for kind in ("natural_acc", "robust_acc")}
-    return {**means, **per_target}
+    summary: dict[str, float | list[float]] = {}
+    for split in ("train", "test"):
+        for kind in ("natural_acc", "robust_acc"):
+            values = [float(table[split][kind]) for table in tables]
+            summary[f"{split}_{kind}"] = float(np.mean(values))
+            summary[f"{split}_{kind}_per_target"] = values  # for intervals over the targets
+    return summary
 
 
 def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
