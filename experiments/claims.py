@@ -17,8 +17,9 @@ one attack) on one metric. Intervals (95%):
 Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the
 paper's direction, *not reproduced* when they separate the other way, *inconclusive* when they
 overlap. A "similar" claim (the paper reports no difference) is *reproduced* when the
-intervals overlap. A row whose models fall below the experiment's test-accuracy floor is a
-*failed run* and decides nothing.
+intervals overlap. A claim whose metrics disagree is *mixed* (each metric's verdict named). A
+row whose models fall below the experiment's test-accuracy floor is a *failed run* and decides
+nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ README = HERE / "README.md"
 #: the 2-core CPU budget reached 40-51% (see README), so the floor we can state is 35%.
 ACCURACY_FLOOR = 0.35
 NAN = float("nan")
+Z95 = float(norm.ppf(0.975))  # two-sided 95% normal quantile
 METRIC_NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC", "gap": "gap",
                 "rho_members": "rho (members)", "rho_nonmembers": "rho (non-members)",
                 "bin_tpr_low": "TPR@0.1%, memorization 0", "bin_tpr_high":
@@ -273,13 +275,13 @@ def hanley_mcneil(auc: float, n_pos: float, n_neg: float) -> Interval:
     q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
     var = (auc * (1 - auc) + (n_pos - 1) * (q1 - auc ** 2)
            + (n_neg - 1) * (q2 - auc ** 2)) / (n_pos * n_neg)
-    half = norm.ppf(0.975) * math.sqrt(max(var, 0.0))
+    half = Z95 * math.sqrt(max(var, 0.0))
     return auc, auc - half, auc + half
 
 
 def spearman_interval(rho: float, n: int) -> Interval:
     z, se = math.atanh(rho), math.sqrt((1 + rho ** 2 / 2) / (n - 3))
-    return rho, math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
+    return rho, math.tanh(z - Z95 * se), math.tanh(z + Z95 * se)
 
 
 def memorization_interval(row: Row, metric: str) -> Interval | None:
@@ -396,7 +398,7 @@ def claim_verdicts(claim: Claim) -> tuple[str, list[tuple[str, str, str]]]:
     parts = [f"{verdict} ({', '.join(METRIC_NAMES[m] for m, v, _ in per_metric if v == verdict)})"
              for verdict in ("reproduced", "inconclusive", "not reproduced", "not run")
              if verdict in verdicts]
-    return "; ".join(parts), per_metric
+    return "mixed: " + "; ".join(parts), per_metric
 
 
 def fmt(metric: str, value: tuple[float, ...]) -> str:
@@ -431,16 +433,17 @@ def claim_text(claim: Claim) -> str:
 
 def paper_text(claim: Claim) -> str:
     high = ROWS[claim.high].paper_values()
-    if claim.kind in ("positive", "within"):
-        return ", ".join(f"{METRIC_NAMES[m]} {fmt(m, (high[m],))}" for m in claim.metrics
-                         if m in high) or "direction (figure)"
-    if claim.kind in ("under_bound", "exceeds_bound", "near_zero"):
+    if not claim.low:  # a claim about one row
         return "; ".join(f"{METRIC_NAMES[m]} {fmt(m, (high[m],))}" for m in claim.metrics
                          if m in high) or "direction (figure)"
     low = ROWS[claim.low].paper_values()
     cells = [f"{METRIC_NAMES[m]} {fmt(m, (high[m],))} vs {fmt(m, (low[m],))}"
              for m in claim.metrics if m in high and m in low]
     return "; ".join(cells) or "direction (figure / text)"
+
+
+def ours_text(per_metric: list[tuple[str, str, str]]) -> str:
+    return "; ".join(f"{METRIC_NAMES[metric]} {text}" for metric, _, text in per_metric)
 
 
 def experiments_of(claim: Claim) -> list[str]:
@@ -451,16 +454,15 @@ def experiments_of(claim: Claim) -> list[str]:
 def claims_table() -> str:
     lines = ["| paper, table | claim | paper | ours (95% CI) | verdict | experiment |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for claim in CLAIMS:
-        overall, per_metric = claim_verdicts(claim)
-        ours = "; ".join(f"{METRIC_NAMES[m]} {text}" for m, _, text in per_metric)
-        note = f" ({claim.note})" if claim.note else ""
-        lines.append(f"| {claim.source} | {claim_text(claim)} | {paper_text(claim)} | {ours} | "
-                     f"**{overall}**{note} | {', '.join(experiments_of(claim))} |")
     counts: dict[str, int] = {}
     for claim in CLAIMS:
-        key = claim_verdicts(claim)[0].split(" (")[0].split(":")[0].split(";")[0]
-        counts[key] = counts.get(key, 0) + 1
+        overall, per_metric = claim_verdicts(claim)
+        note = f" ({claim.note})" if claim.note else ""
+        lines.append(f"| {claim.source} | {claim_text(claim)} | {paper_text(claim)} | "
+                     f"{ours_text(per_metric)} | **{overall}**{note} | "
+                     f"{', '.join(experiments_of(claim))} |")
+        category = overall.split(":")[0]  # "failed run: ...", "mixed: ..." or the verdict
+        counts[category] = counts.get(category, 0) + 1
     tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     return "\n".join(lines) + f"\n\n{len(CLAIMS)} claims: {tally}.\n"
 
@@ -500,8 +502,8 @@ def write_verdicts() -> list[Path]:
                 "| paper, table | claim | verdict | ours |", "| --- | --- | --- | --- |"]
         for claim in claims:
             overall, per_metric = claim_verdicts(claim)
-            ours = "; ".join(f"{METRIC_NAMES[m]} {txt}" for m, _, txt in per_metric)
-            text.append(f"| {claim.source} | {claim_text(claim)} | {overall} | {ours} |")
+            text.append(f"| {claim.source} | {claim_text(claim)} | {overall} | "
+                        f"{ours_text(per_metric)} |")
         path = outputs / "summary.md"
         replace_block(path, "\n".join(text) + "\n", "verdicts")
         written.append(path)
