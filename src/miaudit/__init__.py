@@ -6,9 +6,9 @@ Public API: :func:`audit` (config -> :class:`Results`) and :class:`AuditConfig`.
 from typing import Any
 
 from miaudit.config import AuditConfig, ConfigError, load_config
+from miaudit.version import __version__ as __version__
 
 __all__ = ["AuditConfig", "ConfigError", "Results", "audit", "load_config"]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -147,7 +147,7 @@ class RunView:
 
     def provenance(self) -> dict[str, str]:
         """Who wrote the run and when: version, seed, device, time, hashes, run directory."""
-        from miaudit import __version__
+        from miaudit.version import __version__
 
         timing = self.summary.get("timing", {})
         written = self.summary.get("finished_at") or _mtime(self.root / "results.json")
