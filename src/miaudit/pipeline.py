@@ -35,6 +35,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from miaudit import identity as ids
+from miaudit import modeljob
 from miaudit.attacks import AttackInput
 from miaudit.config import (
     AuditConfig,
@@ -50,28 +51,20 @@ from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError, MiauditError
 from miaudit.executors import Job, JobFailedError, make_executor, resolve
 from miaudit.io import file_digest, read_json, write_json
-from miaudit.models import build_model
+from miaudit.modeljob import (
+    ModelJob,
+    build_architecture,
+    load_trained,
+    section_dump,
+)
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.queries import query_outputs
 from miaudit.registry import DATASETS
 from miaudit.results import Results
 from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, scores_name
 from miaudit.scoring import accuracy_stats, publish, score_attacks
-from miaudit.training import TrainEnv
 
 __all__ = ["Results", "audit"]
-
-
-@dataclass(frozen=True)
-class ModelJob:
-    """Everything that determines one model (picklable: executors ship it to workers)."""
-
-    index: int
-    model: ModelConfig
-    train: TrainConfig
-    seed: int
-    identity: str
-    pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
 
 
 @dataclass
@@ -88,7 +81,7 @@ class Audit:
     @property
     def run_identity(self) -> str:
         cfg = self.cfg
-        dump = _dump
+        dump = section_dump
         return ids.run_identity(
             data=self.data_identity, seed=cfg.seed, protocol=cfg.protocol,
             model=dump(cfg.model), train=dump(cfg.train),
@@ -103,15 +96,6 @@ class Audit:
         """The model cache shared between run directories (None when share_models is off)."""
         return ModelCache(self.cfg.output_dir / "model_cache") if self.cfg.share_models \
             else None
-
-
-def _dump(model: Any) -> Any:
-    """A config section as it enters identities (TrainConfig leaves out identity-neutral
-    fields at their neutral defaults)."""
-    if model is None:
-        return None
-    dump = getattr(model, "identity_dump", None)
-    return dump() if dump is not None else model.model_dump(mode="json")
 
 
 def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
@@ -244,8 +228,8 @@ def plan_audit(cfg: AuditConfig) -> Audit:
         model_cfg, train_cfg = model_configs(cfg, plan, index)
         seed = model_seed(cfg.seed, index)
         identity = ids.model_identity(
-            data=data, model=_dump(model_cfg), train=_dump(train_cfg), model_seed=seed,
-            membership=plan.keep[index], holdout=split.holdout,
+            data=data, model=section_dump(model_cfg), train=section_dump(train_cfg),
+            model_seed=seed, membership=plan.keep[index], holdout=split.holdout,
             device_kind=train_device(cfg, device).type,
             code=code_digests(cfg.data.name, model_cfg, train_cfg))
         jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
@@ -337,23 +321,6 @@ def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig
     return cfg.model, cfg.train
 
 
-def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:
-    """The registry model as configured (what a recipe's ``train`` starts from)."""
-    try:
-        return build_model(model_cfg.name, input_shape=pool.input_shape,
-                           num_classes=pool.num_classes, width=model_cfg.width,
-                           **model_cfg.options)
-    except (ValueError, TypeError) as error:  # the dry build at plan time: a bad option value
-        raise ConfigError(f"model {model_cfg.name!r} (width {model_cfg.width}, options "
-                          f"{model_cfg.options}) cannot be built: {error}") from None
-
-
-def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,
-                       pool: Pool) -> torch.nn.Module:
-    """The registry model as its recipe outputs it (what saved weights load into)."""
-    return build_recipe(train_cfg).architecture(build_registry_model(model_cfg, pool))
-
-
 # -- train --------------------------------------------------------------------------------------
 def train_device(cfg: AuditConfig, device: torch.device) -> torch.device:
     """Where models train: the audit's device, or on Ray the device each task is given (a
@@ -443,66 +410,13 @@ def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     model_job, pool_ref, plan_ref, device, on_epoch = job.payload
     progress = None if on_epoch is None else (
         lambda epoch, total, stats: on_epoch(model_job.index, epoch, total, stats))
-    return train_model(model_job, resolve(pool_ref), resolve(plan_ref), torch.device(device),
-                       progress)
+    return modeljob.train_model(model_job, resolve(pool_ref), resolve(plan_ref),
+                                torch.device(device), progress)
 
 
 def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
     return cache.fetch(job.identity, job.identity, MODEL_RECORD, WEIGHTS,
                        run.model_dir(job.index))
-
-
-def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
-                progress: Any = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
-    if job.pretrained is not None:
-        return load_pretrained(job, pool)
-    recipe = build_recipe(job.train)
-    torch.manual_seed(job.seed)
-    model = build_registry_model(job.model, pool)
-    member = torch.from_numpy(plan.keep[job.index])
-    x_val = y_val = None
-    if recipe.needs_validation:
-        held_out = torch.from_numpy(plan.split.holdout)
-        x_val, y_val = pool.x[held_out], pool.y[held_out]
-    started = time.perf_counter()
-    env = TrainEnv(device=device, seed=job.seed, progress=progress,
-                   cuda_speedups=job.train.amp)
-    try:
-        model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
-                                  env, x_val, y_val)
-    except FloatingPointError as error:
-        raise MiauditError(f"model {job.index} diverged: {error}; lower train.lr "
-                           f"(now {job.train.lr})") from None
-    meta = {"index": job.index, "seed": job.seed, "model": _dump(job.model),
-            "recipe": job.train.recipe, "train_seconds": round(time.perf_counter() - started, 3),
-            "log": _jsonable(log)}
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
-
-
-def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
-                                                      dict[str, Any]]:
-    """A target trained elsewhere: its weights, checked to load into the configured
-    architecture (safetensors, or a torch state dict read with ``weights_only=True``)."""
-    path = Path(job.pretrained)
-    try:
-        if path.suffix == ".safetensors":
-            from miaudit.io import read_tensors
-
-            state = read_tensors(path)
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict):
-            raise DataError(f"target.weights {path}: expected a state dict, got "
-                            f"{type(state).__name__}")
-        build_architecture(job.model, job.train, pool).load_state_dict(state, strict=True)
-    except (RuntimeError, OSError, ValueError) as error:
-        raise DataError(f"target.weights {path} do not load into model {job.model.name!r} "
-                        f"(width {job.model.width}, options {job.model.options}): "
-                        f"{str(error).splitlines()[0]}") from None
-    return state, {"index": job.index, "seed": job.seed, "model": _dump(job.model),
-                   "recipe": "pretrained", "pretrained": str(path), "train_seconds": 0.0,
-                   "log": {}}
 
 
 @contextmanager
@@ -513,21 +427,9 @@ def _progress(console: Console, enabled: bool) -> Iterator[Progress]:
         yield progress
 
 
-def _jsonable(log: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    return {key: [float(v) if isinstance(v, (int, float, np.floating)) else str(v) for v in values]
-            for key, values in log.items()}
-
-
 # -- query --------------------------------------------------------------------------------------
 def query_key(job: ModelJob, spec: str) -> str:
     return ids.query_identity(job.identity, spec)
-
-
-def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -> torch.nn.Module:
-    """Rebuild the architecture and load the saved weights (strict: every tensor must fit)."""
-    model = build_architecture(job.model, job.train, pool)
-    model.load_state_dict(run.load_weights(job.index), strict=True)
-    return model.to(device).eval()
 
 
 def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:

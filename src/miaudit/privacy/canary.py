@@ -208,7 +208,7 @@ def _recipe(cfg: DPAuditConfig) -> Any:
 
 
 def _architecture(setup: Setup) -> torch.nn.Module:
-    from miaudit.pipeline import build_registry_model
+    from miaudit.modeljob import build_registry_model
 
     return build_registry_model(setup.cfg.model, setup.pool)
 

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from miaudit import modeljob
 from miaudit.training.augment import augment
 from miaudit.training.engine import TrainParams, lr_factor, make_optimizer
 
@@ -151,14 +152,12 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
                    size: int = 8, progress: Any = None,
                    on_done: Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], None]
                    | None = None) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
-    """Train the pipeline's ``ModelJob``s, ``size`` at a time where they can share one
+    """Train the audit's ``ModelJob``s, ``size`` at a time where they can share one
     vectorized run (same architecture and recipe, standard recipe without penalties, equal
-    member counts, a supported model), the rest one by one with ``pipeline.train_model``.
-    Returns, per job and in order, what ``pipeline.train_model`` returns: (CPU state dict,
+    member counts, a supported model), the rest one by one with ``modeljob.train_model``.
+    Returns, per job and in order, what ``modeljob.train_model`` returns: (CPU state dict,
     JSON-able meta). ``on_done(job, state, meta)`` is called as each model finishes (so the
     train stage can save it at once and a killed run loses at most one chunk)."""
-    from miaudit.pipeline import build_registry_model, train_model  # the pipeline imports us
-
     results: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
 
     def finish(job: Any, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -173,17 +172,17 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
             key = (job.model.model_dump_json(), job.train.model_dump_json(), member_count)
             groups.setdefault(key, []).append(job)
         else:
-            finish(job, *train_model(job, pool, plan, device, progress))
+            finish(job, *modeljob.train_model(job, pool, plan, device, progress))
     for group in groups.values():
         for start in range(0, len(group), size):
             chunk = group[start : start + size]
             models = []
             for job in chunk:
                 torch.manual_seed(job.seed)  # the same initialization as train_model
-                models.append(build_registry_model(job.model, pool))
+                models.append(modeljob.build_registry_model(job.model, pool))
             if len(chunk) == 1 or ensemble_unsupported(models[0]) is not None:
                 for job in chunk:
-                    finish(job, *train_model(job, pool, plan, device, progress))
+                    finish(job, *modeljob.train_model(job, pool, plan, device, progress))
                 continue
             members = [torch.from_numpy(plan.keep[job.index]).nonzero().flatten()
                        for job in chunk]
@@ -192,9 +191,9 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
                                    [job.seed for job in chunk], device, progress)
             seconds = (time.perf_counter() - started) / len(chunk)
             for job, (model, log) in zip(chunk, trained):
-                meta = {"index": job.index, "seed": job.seed,
-                        "model": job.model.model_dump(mode="json"), "recipe": job.train.recipe,
-                        "train_seconds": round(seconds, 3), "ensemble": len(chunk),
-                        "log": {k: [float(v) for v in values] for k, values in log.items()}}
+                meta = modeljob.model_meta(
+                    job, job.train.recipe, round(seconds, 3),
+                    {k: [float(v) for v in values] for k, values in log.items()},
+                    ensemble=len(chunk))
                 finish(job, {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta)
     return [results[job.index] for job in jobs]
