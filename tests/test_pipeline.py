@@ -11,6 +11,7 @@ from miaudit import modeljob, pipeline
 from miaudit.cli import app
 from miaudit.config import load_config, validate_config
 from miaudit.pipeline import audit
+from miaudit.stages import query as stage_query
 
 
 def _quiet(config):
@@ -87,13 +88,13 @@ def _count_training(monkeypatch, die_at=None):
 
 
 def _count_queries(monkeypatch):
-    real, queried = pipeline.query_outputs, []
+    real, queried = stage_query.query_outputs, []
 
     def counting(model, x, specs, *args, **kwargs):
         queried.append(tuple(specs))
         return real(model, x, specs, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "query_outputs", counting)
+    monkeypatch.setattr(stage_query, "query_outputs", counting)
     return queried
 
 

@@ -12,9 +12,9 @@ __all__ = ["AuditConfig", "ConfigError", "Results", "audit", "load_config"]
 
 
 def __getattr__(name: str) -> Any:
-    # The pipeline pulls in every registry plugin; import it only when it is asked for.
+    # The stages pull in every registry plugin; import them only when they are asked for.
     if name in ("audit", "Results"):
-        from miaudit import pipeline
+        from miaudit import stages
 
-        return getattr(pipeline, name)
+        return getattr(stages, name)
     raise AttributeError(f"module 'miaudit' has no attribute {name!r}")

@@ -117,8 +117,8 @@ def audit(
     """Train the model family, attack every target, print the table, write the run directory.
     Rerunning resumes; raising --num-models or adding queries reuses every finished model."""
     from miaudit.config import load_config
-    from miaudit.pipeline import audit as run_audit
     from miaudit.report import print_summary
+    from miaudit.stages import audit as run_audit
 
     flags = {k: v for k, v in locals().items() if k in _FLAG_FIELDS}
     try:
