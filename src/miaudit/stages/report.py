@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.rundir import RunDir
+from miaudit.rundir import RunDir, read_scores
 from miaudit.stages.plan import Audit
 
 
 def report_stage(run: RunDir, planned: Audit, summary: dict[str, Any]) -> None:
     """The report stage: plots, the most exposed samples and the HTML report."""
-    from miaudit.report import read_scores, render_plots
+    from miaudit.report import render_plots
     from miaudit.reporting import write_exposed_samples, write_html_report
     from miaudit.reporting.run_view import RunView
 

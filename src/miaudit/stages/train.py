@@ -103,12 +103,10 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
 def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any) -> None:
     """``train.ensemble`` > 1 (local executor): train up to that many models at once as one
     vectorized ensemble where they can share a run; each model is written as it finishes."""
-    from miaudit.training.ensemble import train_ensemble
-
     by_index = {job.index: job for job in jobs}
     for job in jobs:
         on_start(job)
-    train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
+    modeljob.train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
                    train_device(planned.cfg, planned.device), size=planned.cfg.train.ensemble,
                    on_done=lambda model_job, state, meta: on_done(
                        by_index[model_job.index], (state, meta), 0.0))

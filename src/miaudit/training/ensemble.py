@@ -42,7 +42,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from miaudit import modeljob
 from miaudit.training.augment import augment
 from miaudit.training.engine import TrainParams, lr_factor, make_optimizer
 
@@ -146,54 +145,3 @@ def fit_ensemble(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
         model.load_state_dict(state, strict=True)
         results.append((model.eval(), logs[k]))
     return results
-
-
-def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.device,
-                   size: int = 8, progress: Any = None,
-                   on_done: Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], None]
-                   | None = None) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
-    """Train the audit's ``ModelJob``s, ``size`` at a time where they can share one
-    vectorized run (same architecture and recipe, standard recipe without penalties, equal
-    member counts, a supported model), the rest one by one with ``modeljob.train_model``.
-    Returns, per job and in order, what ``modeljob.train_model`` returns: (CPU state dict,
-    JSON-able meta). ``on_done(job, state, meta)`` is called as each model finishes (so the
-    train stage can save it at once and a killed run loses at most one chunk)."""
-    results: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
-
-    def finish(job: Any, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        results[job.index] = (state, meta)
-        if on_done is not None:
-            on_done(job, state, meta)
-
-    groups: dict[tuple[str, str, int], list[Any]] = {}
-    for job in jobs:
-        member_count = int(plan.keep[job.index].sum())
-        if job.pretrained is None and job.train.recipe == "standard" and not job.train.penalties:
-            key = (job.model.model_dump_json(), job.train.model_dump_json(), member_count)
-            groups.setdefault(key, []).append(job)
-        else:
-            finish(job, *modeljob.train_model(job, pool, plan, device, progress))
-    for group in groups.values():
-        for start in range(0, len(group), size):
-            chunk = group[start : start + size]
-            models = []
-            for job in chunk:
-                torch.manual_seed(job.seed)  # the same initialization as train_model
-                models.append(modeljob.build_registry_model(job.model, pool))
-            if len(chunk) == 1 or ensemble_unsupported(models[0]) is not None:
-                for job in chunk:
-                    finish(job, *modeljob.train_model(job, pool, plan, device, progress))
-                continue
-            members = [torch.from_numpy(plan.keep[job.index]).nonzero().flatten()
-                       for job in chunk]
-            started = time.perf_counter()
-            trained = fit_ensemble(models, pool.x, pool.y, members, chunk[0].train.params(),
-                                   [job.seed for job in chunk], device, progress)
-            seconds = (time.perf_counter() - started) / len(chunk)
-            for job, (model, log) in zip(chunk, trained):
-                meta = modeljob.model_meta(
-                    job, job.train.recipe, round(seconds, 3),
-                    {k: [float(v) for v in values] for k, values in log.items()},
-                    ensemble=len(chunk))
-                finish(job, {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta)
-    return [results[job.index] for job in jobs]
