@@ -56,7 +56,7 @@ def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
 
 def exposed_from_config(run_dir: Path, summary: dict[str, Any]) -> Path:
     """Rebuild the run's pool from its config and write exposed.npz for its strongest attack
-    (the audit pipeline writes it directly; this serves runs made before it did)."""
+    (the audit's report stage writes it directly; this serves runs made before it did)."""
     from miaudit.config import validate_config
     from miaudit.reporting.exposed import write_exposed_samples
     from miaudit.reporting.run_view import RunView
