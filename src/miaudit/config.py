@@ -24,29 +24,30 @@ from pydantic import (
     model_validator,
 )
 
+from miaudit.components import (
+    Spec,
+    attack_label,
+    build_attack,
+    build_output_defense,
+    build_penalties,
+    build_recipe,
+    check_queries,
+)
 from miaudit.errors import ConfigError
 from miaudit.executors import ExecutorConfig
-from miaudit.registry import (
-    ATTACKS,
-    DATASETS,
-    MAX_OPTION_ITEMS,
-    MODELS,
-    OUTPUT_DEFENSES,
-    PENALTIES,
-    RECIPES,
-    check_size,
-    parse_spec,
-)
+from miaudit.registry import DATASETS, MAX_OPTION_ITEMS, MODELS, RECIPES, check_size
 from miaudit.training.engine import TrainParams
 
-Spec = str | dict[str, Any]
 MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit passes to models
 # A config file expands to at most this many values: YAML aliases share one object, so a
 # "billion laughs" file of a few lines parses instantly but would expand into billions of
 # items in every later traversal (validation, dumps, identities). Counted with aliases expanded.
 MAX_CONFIG_ITEMS = 10 * MAX_OPTION_ITEMS
 
-__all__ = ["AuditConfig", "ConfigError", "load_config", "validate_config"]
+# the component builders live in miaudit.components; re-exported for existing callers
+__all__ = ["AuditConfig", "ConfigError", "Spec", "attack_label", "build_attack",
+           "build_output_defense", "build_penalties", "build_recipe", "load_config",
+           "validate_config"]
 
 
 class _Strict(BaseModel):
@@ -171,32 +172,6 @@ if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(Tra
     raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
 
 
-def build_penalties(specs: list[Spec]) -> list[Any]:
-    penalties = []
-    for index, spec in enumerate(specs):
-        name, options = parse_spec(spec)
-        PENALTIES.check_options(name, options)
-        penalties.append(_construct(PENALTIES, name, options, f"train.penalties[{index}]"))
-    return penalties
-
-
-def build_recipe(train: TrainConfig) -> Any:
-    """The recipe object with its penalties (options checked against the constructors)."""
-    penalties = build_penalties(train.penalties)
-    RECIPES.check_options(train.recipe, train.recipe_options, provided=("penalties",))
-    return _construct(RECIPES, train.recipe, {"penalties": penalties, **train.recipe_options},
-                      "train.recipe_options")
-
-
-def _construct(registry: Any, name: str, options: dict[str, Any], where: str) -> Any:
-    """Build a component whose options fit its signature; a ValueError inside the constructor
-    is a bad option value (the constructors validate their options that way)."""
-    try:
-        return registry.build(name, **options)
-    except ValueError as error:
-        raise ConfigError(f"{where}: {registry.kind} {name!r}: {error}") from None
-
-
 class RobustEvalConfig(_Strict):
     """Robust accuracy of every model under L-inf PGD (PGD-20 at 8/255 by default), measured on
     up to ``max_samples`` members and as many non-members after training."""
@@ -221,32 +196,6 @@ class TargetConfig(_Strict):
         if not path.is_file():
             raise ValueError(f"{path} is not a file")
         return path
-
-
-def attack_label(spec: Spec) -> tuple[str, str, dict[str, Any]]:
-    """(label, registry name, options). The label is the spec as written, or its ``label``
-    option when given (e.g. ``{name: lira, offline: true, label: LiRA-offline}``)."""
-    name, options = parse_spec(spec)
-    label = options.pop("label", None)
-    if label is None:
-        label = spec if isinstance(spec, str) else ":".join(
-            filter(None, [name, ",".join(f"{k}={v}" for k, v in options.items())]))
-    return str(label), name, options
-
-
-def build_attack(spec: Spec, where: str = "attacks") -> Any:
-    try:
-        _, name, options = attack_label(spec)
-        ATTACKS.check_options(name, options)
-    except ConfigError as error:
-        raise ConfigError(f"{where}: {error}") from None
-    return _construct(ATTACKS, name, options, where)
-
-
-def build_output_defense(spec: Spec) -> Any:
-    name, options = parse_spec(spec)
-    OUTPUT_DEFENSES.check_options(name, options)
-    return _construct(OUTPUT_DEFENSES, name, options, "output_defense")
 
 
 DEFAULT_QUERIES = ["identity", "shift:dx=1", "shift:dx=-1"]
@@ -304,17 +253,7 @@ class AuditConfig(_Strict):
     @field_validator("queries")
     @classmethod
     def _known_queries(cls, specs: list[str]) -> list[str]:
-        from miaudit.queries import build_query, expand_queries
-
-        expanded = expand_queries(specs)
-        for index, spec in enumerate(expanded):
-            name, options = parse_spec(spec)
-            from miaudit.registry import QUERIES
-
-            QUERIES.check_options(name, options)
-            _construct(QUERIES, name, options, f"queries[{index}]")
-            build_query(spec)
-        return expanded
+        return check_queries(specs)
 
     @field_validator("output_defense")
     @classmethod
