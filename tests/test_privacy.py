@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from miaudit.cli.privacy import app as privacy_app
 from miaudit.models import build_model
-from miaudit.privacy import accounting, bounds, nsde
+from miaudit.privacy import accounting, bounds, nsde, nsde_gdp
 from miaudit.recipes.dpsgd import DPSGD, DPIncompatibleModelError, dp_incompatibilities
 from miaudit.registry import ACCOUNTANTS, RECIPES
 from miaudit.training import TrainEnv, TrainParams
@@ -112,35 +112,35 @@ def test_epsilon_table_and_plot(tmp_path):
 def test_nsde_mu_does_not_depend_on_solver_steps():
     closed = 2.0 * 3.0 * 0.5 / 1.5  # T L D / sigma
     for steps in (1, 7, 64):
-        assert nsde.composed_mu(1.5, 2.0, 3.0, 0.5, steps=steps) == pytest.approx(closed)
-        assert nsde.composed_mu(1.5, 2.0, 3.0, 0.5, steps=steps, iterations=9) == pytest.approx(
+        assert nsde_gdp.composed_mu(1.5, 2.0, 3.0, 0.5, steps=steps) == pytest.approx(closed)
+        assert nsde_gdp.composed_mu(1.5, 2.0, 3.0, 0.5, steps=steps, iterations=9) == pytest.approx(
             3 * closed)
 
 
 def test_nsde_bound_inverts_and_is_monotone():
     base = dict(T=1.0, lipschitz=2.0, distance=1.0, iterations=4)
-    bound = nsde.gdp_sigma_bound(2.0, 1e-5, **base)
-    assert nsde.gdp_epsilon(bound.sigma, 1e-5, **base) == pytest.approx(2.0, rel=1e-6)
+    bound = nsde_gdp.gdp_sigma_bound(2.0, 1e-5, **base)
+    assert nsde_gdp.gdp_epsilon(bound.sigma, 1e-5, **base) == pytest.approx(2.0, rel=1e-6)
     assert bound.sigma == pytest.approx(math.sqrt(4) * 2.0 / accounting.gaussian_mu(2.0, 1e-5))
     for key, larger in (("T", 2.0), ("lipschitz", 3.0), ("distance", 2.0), ("iterations", 9)):
-        assert nsde.gdp_sigma_bound(2.0, 1e-5, **{**base, key: larger}).sigma > bound.sigma
-    assert nsde.gdp_sigma_bound(4.0, 1e-5, **base).sigma < bound.sigma
-    assert nsde.gdp_sigma_bound(2.0, 1e-3, **base).sigma < bound.sigma
+        assert nsde_gdp.gdp_sigma_bound(2.0, 1e-5, **{**base, key: larger}).sigma > bound.sigma
+    assert nsde_gdp.gdp_sigma_bound(4.0, 1e-5, **base).sigma < bound.sigma
+    assert nsde_gdp.gdp_sigma_bound(2.0, 1e-3, **base).sigma < bound.sigma
 
 
 def test_nsde_gaussian_bound_equals_opacus_prv_and_classic_is_looser():
     # K compositions at noise multiplier sigma / (T L D), no subsampling: PRV with q = 1.
     sigma, T, L, D, K = 3.0, 1.0, 1.5, 1.0, 5
-    ours = nsde.gdp_epsilon(sigma, 1e-5, T=T, lipschitz=L, distance=D, iterations=K)
+    ours = nsde_gdp.gdp_epsilon(sigma, 1e-5, T=T, lipschitz=L, distance=D, iterations=K)
     prv = accounting.epsilon(sigma / (T * L * D), 1.0, 1e-5, steps=K, accountant="prv")
     assert ours - 0.005 <= prv <= ours + 0.025
     for eps, k in ((0.5, 1), (2.0, 4), (0.9, 1)):
-        gauss = nsde.gdp_sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k)
-        classic = nsde.gdp_sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k,
+        gauss = nsde_gdp.gdp_sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k)
+        classic = nsde_gdp.gdp_sigma_bound(eps, 1e-5, T=T, lipschitz=L, distance=D, iterations=k,
                                    composition="classic")
         assert classic.sigma > gauss.sigma
     with pytest.raises(ValueError, match="classic"):
-        nsde.gdp_sigma_bound(8.0, 1e-5, T=T, lipschitz=L, distance=D, composition="classic")
+        nsde_gdp.gdp_sigma_bound(8.0, 1e-5, T=T, lipschitz=L, distance=D, composition="classic")
 
 
 def test_nsde_training_epsilon_is_dpsgd_accounting():
@@ -153,17 +153,17 @@ def test_nsde_training_epsilon_is_dpsgd_accounting():
 def test_nsde_bound_for_a_spectrally_normalized_sdenet():
     model = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=4,
                         spectral_norm=True)
-    result = nsde.gdp_model_privacy(model, 8.0, 1e-5, distance=0.5)
+    result = nsde_gdp.gdp_model_privacy(model, 8.0, 1e-5, distance=0.5)
     # Three SDE blocks in sequence: post-processing (paper A, Sec. 5.3), one composition.
     assert result.bound.iterations == 1
     assert result.sigma_model == pytest.approx(0.5)  # default convention: k sqrt(T)
-    expected = nsde.gdp_epsilon(result.sigma_model, 1e-5, T=1.0,
+    expected = nsde_gdp.gdp_epsilon(result.sigma_model, 1e-5, T=1.0,
                                 lipschitz=result.bound.lipschitz, distance=0.5, iterations=1)
     assert result.epsilon_model == pytest.approx(expected)
     assert result.satisfied == (result.sigma_model >= result.bound.sigma)
     unbounded = build_model("sdenet", input_shape=(3, 8, 8), num_classes=3, width=0.25, steps=2)
     with pytest.raises(ValueError, match="Lipschitz"):
-        nsde.gdp_model_privacy(unbounded, 8.0, 1e-5, distance=0.5)
+        nsde_gdp.gdp_model_privacy(unbounded, 8.0, 1e-5, distance=0.5)
 
 
 # -- paper A: Theorem 4.1, Remark 1, Corollary 4.2, Sec. 5.3 ----------------------------------
@@ -495,7 +495,7 @@ def test_cli_smoke(tmp_path):
     assert result.exit_code == 0 and out.stat().st_size > 1000
     result = runner.invoke(privacy_app, ["nsde", "--bound", "gdp", "--epsilon", "2", "-L", "2",
                                          "-K", "4"])
-    sigma = nsde.gdp_sigma_bound(2.0, 1e-5, T=1.0, lipschitz=2.0, distance=1.0,
+    sigma = nsde_gdp.gdp_sigma_bound(2.0, 1e-5, T=1.0, lipschitz=2.0, distance=1.0,
                                  iterations=4).sigma
     assert result.exit_code == 0 and f"{sigma:.4f}" in result.output
     result = runner.invoke(privacy_app, ["epsilon", "-z", "1", "-e", "1"])  # no sample rate

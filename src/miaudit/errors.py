@@ -18,6 +18,11 @@ class DataError(MiauditError):
     """Missing, corrupt or malformed data; the message says what was expected where."""
 
 
+class ExternalOutputsError(DataError, ValueError):
+    """Malformed outputs of models trained elsewhere; the message names the file, the problem
+    and the fix."""
+
+
 class RunDirError(MiauditError):
     """A run directory that does not belong to this config, or a missing/corrupt artefact."""
 

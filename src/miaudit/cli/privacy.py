@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from miaudit.cli.errors import user_errors
-from miaudit.privacy import accounting, nsde
+from miaudit.privacy import accounting, nsde, nsde_gdp
 
 app = typer.Typer(help="Differential-privacy accounting and bounds.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -198,6 +198,57 @@ def _theorem_rows(table: Table, epsilon: float | None, sigma: float | None, delt
     return notes
 
 
+def _theorem_table(epsilon: float | None, sigma: float | None, delta: float, T: float,
+                   lipschitz: float, l_eps: float, form: str, iterations: int,
+                   delta_prime: float | None) -> tuple[Table, list[str]]:
+    """Paper A's bound as a table, and the notes to print under it."""
+    name = ("Theorem 4.1" if iterations == 1 else "Corollary 4.2")
+    table = Table(title=f"NSDE bound: paper A, {name}"
+                        + (f", {form} form" if iterations == 1 else ""))
+    notes = _theorem_rows(table, epsilon, sigma, delta, T, lipschitz, l_eps, form,
+                          iterations, delta_prime)
+    if iterations == 1:
+        notes.insert(0, f"form: {FORM_WHY[form]}")
+    return table, notes
+
+
+def _gdp_table(bound: str, epsilon: float | None, sigma: float | None, delta: float, T: float,
+               lipschitz: float, distance: float, iterations: int) -> Table:
+    """The GDP alternative (``gdp``: exact Gaussian composition; ``classic``: textbook)."""
+    table = Table(title=f"NSDE bound ({bound} composition; our derivation, see "
+                        "miaudit.privacy.nsde_gdp)")
+    for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
+        table.add_column(column, justify="right")
+    composition = "gaussian" if bound == "gdp" else "classic"
+    kw = {"T": T, "lipschitz": lipschitz, "distance": distance, "iterations": iterations,
+          "composition": composition}
+    if epsilon is not None:
+        eps_value, sigma_value = epsilon, nsde_gdp.gdp_sigma_bound(epsilon, delta, **kw).sigma
+    else:
+        eps_value, sigma_value = nsde_gdp.gdp_epsilon(sigma, delta, **kw), sigma
+    table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations),
+                  f"{delta:g}", f"{eps_value:.4f}", f"{sigma_value:.4f}")
+    return table
+
+
+def _training_table(sigma: float | None, batch_size: int | None, dataset_size: int | None,
+                    epochs: float, delta: float, sensitivity: float) -> Table:
+    """The accountant epsilon of NSDE training read as DP-SGD, one row per accountant."""
+    if sigma is None or batch_size is None or dataset_size is None:
+        raise ValueError("training epsilon needs --sigma, --batch-size, --dataset-size "
+                         "and --epochs")
+    training = Table(title=f"NSDE training read as DP-SGD: z = sigma / {sensitivity:g}, "
+                           f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
+    for column in ("accountant", "delta", "epsilon"):
+        training.add_column(column)
+    for acc_name in accounting.ACCOUNTANT_NAMES:
+        value = nsde.training_epsilon(sigma, batch_size, dataset_size, epochs, delta,
+                                      acc_name, sensitivity)
+        training.add_row(acc_name, f"{delta:g}", "inf" if math.isinf(value)
+                         else f"{value:.4f}")
+    return training
+
+
 @app.command("nsde")
 @user_errors(ValueError)
 def nsde_command(
@@ -235,7 +286,7 @@ def nsde_command(
         sensitivity: Annotated[float, typer.Option(
             help="training: noise multiplier = sigma / sensitivity")] = 1.0) -> None:
     """The NSDE bound: paper A's Theorem 4.1 / Corollary 4.2 (default, in the proof form), or
-    the GDP alternative (see miaudit.privacy.nsde) and, optionally, the accountant epsilon of
+    the GDP alternative (see miaudit.privacy.nsde_gdp) and, optionally, the accountant epsilon of
     NSDE training."""
     if (epsilon is None) == (sigma is None):
         raise typer.BadParameter("give exactly one of --epsilon and --sigma")
@@ -245,44 +296,13 @@ def nsde_command(
         raise typer.BadParameter(f"--form must be one of {', '.join(nsde.FORMS)}; got {form!r}")
     notes: list[str] = []
     if bound == "theorem":
-        name = ("Theorem 4.1" if iterations == 1 else "Corollary 4.2")
-        table = Table(title=f"NSDE bound: paper A, {name}"
-                            + (f", {form} form" if iterations == 1 else ""))
-        notes = _theorem_rows(table, epsilon, sigma, delta, T, lipschitz, l_eps, form,
-                              iterations, delta_prime)
-        if iterations == 1:
-            notes.insert(0, f"form: {FORM_WHY[form]}")
+        table, notes = _theorem_table(epsilon, sigma, delta, T, lipschitz, l_eps, form,
+                                      iterations, delta_prime)
     else:
-        table = Table(title=f"NSDE bound ({bound} composition; our derivation, see "
-                            "miaudit.privacy.nsde)")
-        for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
-            table.add_column(column, justify="right")
-        composition = "gaussian" if bound == "gdp" else "classic"
-        if epsilon is not None:
-            eps_value = epsilon
-            sigma_value = nsde.gdp_sigma_bound(
-                epsilon, delta, T=T, lipschitz=lipschitz, distance=distance,
-                iterations=iterations, composition=composition).sigma
-        else:
-            eps_value, sigma_value = nsde.gdp_epsilon(
-                sigma, delta, T=T, lipschitz=lipschitz, distance=distance,
-                iterations=iterations, composition=composition), sigma
-        table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations),
-                      f"{delta:g}", f"{eps_value:.4f}", f"{sigma_value:.4f}")
+        table = _gdp_table(bound, epsilon, sigma, delta, T, lipschitz, distance, iterations)
     training = None
     if epochs is not None:
-        if sigma is None or batch_size is None or dataset_size is None:
-            raise ValueError("training epsilon needs --sigma, --batch-size, --dataset-size "
-                             "and --epochs")
-        training = Table(title=f"NSDE training read as DP-SGD: z = sigma / {sensitivity:g}, "
-                               f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
-        for column in ("accountant", "delta", "epsilon"):
-            training.add_column(column)
-        for acc_name in accounting.ACCOUNTANT_NAMES:
-            value = nsde.training_epsilon(sigma, batch_size, dataset_size, epochs, delta,
-                                          acc_name, sensitivity)
-            training.add_row(acc_name, f"{delta:g}", "inf" if math.isinf(value)
-                             else f"{value:.4f}")
+        training = _training_table(sigma, batch_size, dataset_size, epochs, delta, sensitivity)
     console.print(table)
     for note in notes:
         console.print(note)

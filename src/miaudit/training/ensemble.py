@@ -79,16 +79,7 @@ def fit_ensemble(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
     once; the same as ``fit(models[k], x[members[k]], y[members[k]], params, Recipe(),
     TrainEnv(device, seeds[k]))`` for each k (standard recipe). ``members``: sorted index
     tensors of equal length. Returns [(trained model in eval mode, per-epoch log)]."""
-    if not models or len(models) != len(members) or len(models) != len(seeds):
-        raise ValueError("fit_ensemble needs as many member sets and seeds as models")
-    sizes = {len(m) for m in members}
-    if len(sizes) != 1:
-        raise ValueError(f"fit_ensemble needs equal member counts, got {sorted(sizes)}")
-    for model in models:
-        reason = ensemble_unsupported(model)
-        if reason is not None:
-            raise ValueError(f"model cannot be trained vectorized: {reason}")
-    count = sizes.pop()
+    count = _member_count(models, members, seeds)
     device = device or torch.device("cpu")
     models = [model.to(device).train() for model in models]
     params_k, buffers_k = stack_module_state(models)
@@ -128,13 +119,7 @@ def fit_ensemble(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
             schedule.step()
             loss_sum += losses.detach() * yb.shape[1]
         epoch_losses = (loss_sum / count).tolist()
-        for k, loss in enumerate(epoch_losses):
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"training loss of model {k} became {loss} at epoch "
-                                         f"{epoch}")
-            logs[k].setdefault("epoch", []).append(epoch)
-            logs[k].setdefault("loss", []).append(loss)
-            logs[k].setdefault("seconds", []).append(time.perf_counter() - started)
+        _log_epoch(logs, epoch, epoch_losses, started)
         if progress is not None:
             progress(epoch + 1, params.epochs, {"loss": max(epoch_losses)})
     trained = holder.as_dict()
@@ -145,3 +130,31 @@ def fit_ensemble(models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor,
         model.load_state_dict(state, strict=True)
         results.append((model.eval(), logs[k]))
     return results
+
+
+def _member_count(models: Sequence[nn.Module], members: Sequence[torch.Tensor],
+                  seeds: Sequence[int]) -> int:
+    """The common member count; a ValueError when the inputs cannot train as one ensemble."""
+    if not models or len(models) != len(members) or len(models) != len(seeds):
+        raise ValueError("fit_ensemble needs as many member sets and seeds as models")
+    sizes = {len(m) for m in members}
+    if len(sizes) != 1:
+        raise ValueError(f"fit_ensemble needs equal member counts, got {sorted(sizes)}")
+    for model in models:
+        reason = ensemble_unsupported(model)
+        if reason is not None:
+            raise ValueError(f"model cannot be trained vectorized: {reason}")
+    return sizes.pop()
+
+
+def _log_epoch(logs: list[dict[str, list[Any]]], epoch: int, epoch_losses: list[float],
+               started: float) -> None:
+    """Append one epoch to every model's log (the same keys as ``fit``); a non-finite loss
+    stops training."""
+    for k, loss in enumerate(epoch_losses):
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"training loss of model {k} became {loss} at epoch "
+                                     f"{epoch}")
+        logs[k].setdefault("epoch", []).append(epoch)
+        logs[k].setdefault("loss", []).append(loss)
+        logs[k].setdefault("seconds", []).append(time.perf_counter() - started)
