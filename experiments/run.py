@@ -17,15 +17,14 @@ import argparse
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from rich.console import Console
 
+import miaudit
+from miaudit import Results
 from miaudit.cli import parse_set_items
-from miaudit.config import load_config
 from miaudit.errors import MiauditError
-from miaudit.pipeline import Results, audit
 from miaudit.report import model_line, privacy_line
 from miaudit.reporting import compare_markdown
 
@@ -50,8 +49,8 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
                      **({"threads": threads} if threads else {}), **(sets or {})}
         if data_dir is not None:
             overrides["data.data_dir"] = str(data_dir)
-        cfg = load_config(config_file, overrides)
-        results = audit(cfg, console=Console(stderr=True))
+        cfg = miaudit.load_config(config_file, overrides)
+        results = miaudit.audit(cfg, console=Console(stderr=True))
         stem = config_file.stem
         for artefact in ("results.json", "roc.png", "roc_dp_bound.png", "memorization.json",
                          "memorization.png", "report.html"):
@@ -67,14 +66,14 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
     return outputs
 
 
-def committed_row(outputs: Path, stem: str) -> tuple[str, Any] | None:
-    """(stem, results-like) of a config not rerun: its committed results.json and run dir."""
+def committed_row(outputs: Path, stem: str) -> tuple[str, Results] | None:
+    """(stem, results) of a config not rerun: its committed results.json and run dir."""
     path = outputs / f"{stem}.results.json"
     if not path.exists():
         return None
     summary = json.loads(path.read_text())
     run_dir = Path(summary["run_dir"])
-    return (stem, SimpleNamespace(run_dir=run_dir, summary=summary)) if run_dir.is_dir() else None
+    return (stem, Results(run_dir=run_dir, summary=summary)) if run_dir.is_dir() else None
 
 
 def markdown(rows: list[tuple[str, Results]]) -> str:

@@ -4,10 +4,11 @@ summary before writing it), the report and ``Results`` (which read it). Metric k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from miaudit.errors import RunDirError
@@ -60,10 +61,20 @@ class Summary(_Open):
 
 @dataclass
 class Results:
-    """What an audit produced: the run directory and the contents of its results.json."""
+    """What an audit (or ``miaudit.score``) produced: the run directory and the contents of its
+    results.json. Results scored in memory (``miaudit.score(..., out_dir=None)``) have no run
+    directory and hold their per-sample scores themselves."""
 
-    run_dir: Path
+    run_dir: Path | None
     summary: dict[str, Any]
+    memory_scores: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    memory_members: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Results:
+        """The results of a finished run directory (results.json checked against the schema
+        and its scores folder present)."""
+        return cls(run_dir=Path(path), summary=load_summary(Path(path)))
 
     @property
     def attacks(self) -> dict[str, Any]:
@@ -72,6 +83,18 @@ class Results:
     def metric(self, attack: str, key: str, view: str = "pooled") -> float:
         """E.g. ``results.metric("lira", "tpr@0.1%")``; view is pooled, mean or std."""
         return self.attacks[attack][view][key]
+
+    def scores(self, attack: str) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, members) of one attack label, both (targets, audited samples): the
+        per-sample membership scores (higher = more likely a member) and the ground truth."""
+        if attack not in self.attacks:
+            raise KeyError(f"no attack {attack!r}; have {sorted(self.attacks)}")
+        if self.run_dir is None:
+            return self.memory_scores[attack], self.memory_members
+        from miaudit.rundir import audited_members, read_scores
+
+        return (read_scores(self.run_dir, self.summary, attack),
+                audited_members(self.run_dir, self.summary))
 
 
 def load_summary(run_root: Path) -> dict[str, Any]:

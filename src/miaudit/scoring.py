@@ -12,7 +12,8 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.attacks import AttackInput
-from miaudit.config import Spec, attack_label, build_attack
+from miaudit.attacks.suite import rotation_references, run_attack
+from miaudit.components import Spec, attack_label, build_attack
 from miaudit.errors import ConfigError
 from miaudit.identity import array_digest
 from miaudit.io import text_digest, write_array, write_json
@@ -23,21 +24,26 @@ from miaudit.rundir import RunDir, scores_name
 
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
                   references: Callable[[int], np.ndarray], audited: np.ndarray,
-                  folder: Path, privacy: dict[str, Any] | None = None) -> dict[str, Any]:
+                  folder: Path | None, privacy: dict[str, Any] | None = None,
+                  kept: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """{label: attack summary} for every attack spec; writes (targets x audited) scores of each
-    attack into ``folder``. ``privacy`` (claimed epsilon, delta) adds empirical bounds."""
+    attack into ``folder`` (None: no files) and into ``kept`` when given. ``privacy`` (claimed
+    epsilon, delta) adds empirical bounds."""
     members = data.keep[targets][:, audited]
     labels = data.labels[audited]
     attacks: dict[str, Any] = {}
     for index, spec in enumerate(specs):
         label, name, options = attack_label(spec)
         attack = build_attack(spec, f"attacks[{index}]")
-        outcomes = [attack.evaluate(data, t, references(t)) for t in targets]
+        outcomes = run_attack(attack, data, targets, references)
         scores = np.stack([np.asarray(o.scores)[audited] for o in outcomes])
         attacks[label] = attack_summary(name, options, scores, members, labels, privacy)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
-        write_array(folder / scores_name(label), scores)
+        if folder is not None:
+            write_array(folder / scores_name(label), scores)
+        if kept is not None:
+            kept[label] = scores
     return attacks
 
 
@@ -92,15 +98,73 @@ def publish(run: RunDir, summary: dict[str, Any]) -> Results:
     return Results(run_dir=run.root, summary=summary)
 
 
-def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
+def score(outputs: Any, attacks: list[Spec] | None = None, *,
+          out_dir: str | Path | None = None, population: np.ndarray | None = None,
+          targets: list[int] | None = None, balance: str = "warn",
+          name: str = "scored") -> Results:
+    """What ``miaudit score`` does, as a function: every attack over the outputs of models
+    trained elsewhere, each model in turn the target (or ``targets``), the others its
+    references.
+
+    ``outputs``: an :class:`miaudit.external.ExternalOutputs`, or the path of a LiRA
+    experiment folder or a bundle file; ``attacks``: specs as in a config (default: the
+    default audit's suite); ``population``: indices of samples no model trained on (never
+    scored); ``out_dir``: the run directory to write (results.json, per-sample scores, plots),
+    or None to write nothing and keep the scores in the returned :class:`Results`.
+    """
+    from miaudit.config import DEFAULT_ATTACKS
+    from miaudit.external import read_any
+
+    if isinstance(outputs, (str, Path)):
+        outputs = read_any(outputs, population=population, balance=balance)
+    specs = list(DEFAULT_ATTACKS) if attacks is None else list(attacks)
+    return score_outputs(outputs, specs, None if out_dir is None else Path(out_dir),
+                         population=population, targets=targets, name=name)
+
+
+def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
                   population: np.ndarray | None = None, targets: list[int] | None = None,
                   name: str = "scored") -> Results:
     """The score and report stages over outputs made elsewhere (``miaudit score``): every
     model in turn the target (or ``targets``), every other model its references, the
     population samples (never scored) for attacks that need them. Writes a run directory
-    that ``miaudit report`` reads like an audit's."""
+    that ``miaudit report`` reads like an audit's; with ``out_dir`` None it writes nothing and
+    the Results hold the scores in memory (``run_dir`` None)."""
+    population, audited, targets = _score_plan(outputs, specs, population, targets)
+    data = outputs.attack_input(population=population)
+    references = rotation_references(outputs.num_models)
+    if out_dir is None:
+        kept: dict[str, np.ndarray] = {}
+        attacks = score_attacks(data, specs, targets, references, audited, None, kept=kept)
+        summary = _outputs_summary(outputs, specs, name, "", "", targets, audited, population,
+                                   attacks)
+        Summary.model_validate(summary)
+        members = outputs.keep[targets][:, audited]
+        return Results(run_dir=None, summary=summary, memory_scores=kept,
+                       memory_members=members)
     from miaudit.report import render_plots
 
+    identity = text_digest({name: array_digest(array) for name, array in (
+        ("keep", outputs.keep), ("logits", outputs.logits), ("labels", outputs.labels))})
+    run = RunDir(Path(out_dir))
+    with run.lock():
+        run.sweep()
+        run.claim(identity, {"scored": name, "attacks": specs})
+        run.write_plan(outputs.keep, {"audited": audited, "population": population,
+                                      "holdout": np.zeros(0, dtype=np.int64)})
+        with run.new_scores() as folder:
+            attacks = score_attacks(data, specs, targets, references, audited, folder)
+            scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
+        summary = _outputs_summary(outputs, specs, name, str(run.root), scores_dir, targets,
+                                   audited, population, attacks)
+        results = publish(run, summary)
+        render_plots(run.root, summary)
+    return results
+
+
+def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
+                targets: list[int] | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(population, audited samples, targets), every attack option checked before any work."""
     population = np.zeros(0, dtype=np.int64) if population is None else \
         np.unique(np.asarray(population, dtype=np.int64))
     samples = outputs.keep.shape[1]
@@ -116,33 +180,22 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
         if attack.needs_population and not population.size:
             raise ConfigError(f"attacks[{index}] needs population data: pass --population "
                               "(indices of samples no model trained on)")
-    data = outputs.attack_input(population=population)
-    identity = text_digest({name: array_digest(array) for name, array in (
-        ("keep", outputs.keep), ("logits", outputs.logits), ("labels", outputs.labels))})
-    run = RunDir(Path(out_dir))
-    with run.lock():
-        run.sweep()
-        run.claim(identity, {"scored": name, "attacks": specs})
-        run.write_plan(outputs.keep, {"audited": audited, "population": population,
-                                      "holdout": np.zeros(0, dtype=np.int64)})
+    return population, audited, targets
 
-        def references(target: int) -> np.ndarray:
-            return np.array([m for m in range(outputs.num_models) if m != target])
 
-        with run.new_scores() as folder:
-            attacks = score_attacks(data, specs, targets, references, audited, folder)
-            scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
-        summary = {
-            "layout": 2, "name": name, "run_dir": str(run.root), "protocol": "rotation",
-            "targets": targets, "num_models": outputs.num_models, "pool_size": samples,
-            "audited_size": int(len(audited)), "population_size": int(len(population)),
-            "holdout_size": 0, "queries": list(outputs.query_names), "scores_dir": scores_dir,
-            "target_models": accuracy_stats(outputs.logits, outputs.labels, outputs.keep,
-                                            audited, targets, 0),
-            "attacks": attacks,
-            "config": {"source": "external outputs", "attacks": specs,
-                       "models": list(outputs.model_names)},
-        }
-        results = publish(run, summary)
-        render_plots(run.root, summary)
-    return results
+def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
+                     scores_dir: str, targets: list[int], audited: np.ndarray,
+                     population: np.ndarray, attacks: dict[str, Any]) -> dict[str, Any]:
+    """The results.json summary of scored outputs (the layout of an audit's)."""
+    return {
+        "layout": 2, "name": name, "run_dir": run_dir, "protocol": "rotation",
+        "targets": targets, "num_models": outputs.num_models,
+        "pool_size": outputs.keep.shape[1], "audited_size": int(len(audited)),
+        "population_size": int(len(population)), "holdout_size": 0,
+        "queries": list(outputs.query_names), "scores_dir": scores_dir,
+        "target_models": accuracy_stats(outputs.logits, outputs.labels, outputs.keep,
+                                        audited, targets, 0),
+        "attacks": attacks,
+        "config": {"source": "external outputs", "attacks": specs,
+                   "models": list(outputs.model_names)},
+    }
