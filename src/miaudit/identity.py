@@ -4,7 +4,10 @@
   protocol, and the target's and references' architecture and training. Not the number of
   models, queries, attacks or evaluation settings: those grow or change inside one run.
 * a **model** (train stage): the data content, the architecture, the recipe and its
-  hyper-parameters, the model's seed, its membership row and the device kind.
+  hyper-parameters (:func:`section_dump`: fields added later are left out at their neutral
+  default), the model's seed, its membership row, the device kind and the digests of the
+  user's own code it depends on (:func:`code_digests`); a pre-trained target: its weights
+  file and its members (:func:`pretrained_identity`).
 * a **query output**: the model and the query spec.
 * an **evaluation**: the model and the evaluation settings.
 """
@@ -12,15 +15,41 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from miaudit.io import text_digest
+from miaudit.io import file_digest, text_digest
 
 __all__ = ["array_digest", "text_digest"]
 
 IDENTITY_VERSION = 2  # bump when the meaning of an artefact changes
+
+
+def section_dump(section: Any) -> Any:
+    """A config section as it enters identities and model records: its JSON dump, less the
+    fields a TrainConfig declares identity-neutral while they hold their neutral default
+    (fields added after layout 2, so adding them kept existing models valid)."""
+    return None if section is None else section.identity_dump()
+
+
+def code_digests(data_name: str, model_name: str, recipe: Any) -> list[str]:
+    """Digests of the user's own code that a model depends on (a data set or model named by
+    import path, a recipe's ``fingerprint``, e.g. of a user training function): editing that
+    code retrains the model."""
+    from miaudit.importpath import source_digest
+    from miaudit.registry import DATASETS, MODELS
+
+    digests = [source_digest(registry.get(name)) for registry, name in
+               ((DATASETS, data_name), (MODELS, model_name)) if ":" in name]
+    return digests + ([recipe.fingerprint] if recipe.fingerprint else [])
+
+
+def pretrained_identity(weights: Path, members: np.ndarray) -> str:
+    """A target trained elsewhere: the content of its weights file and its members."""
+    return text_digest({"pretrained": file_digest(weights),
+                        "members": array_digest(members)})[:32]
 
 
 def _update(digest: Any, values: Any) -> None:
@@ -72,7 +101,6 @@ def query_identity(model: str, spec: str) -> str:
 
 def eval_identity(model: str, settings: dict[str, Any]) -> str:
     return text_digest({"model": model, "evaluation": settings})[:24]
-
 
 
 def array_digest(array: Any) -> str:

@@ -113,9 +113,11 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def text_digest(value: Any) -> str:
-    """sha256 of a JSON-able value in canonical form (identities)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+def text_digest(value: Any, default: Callable[[Any], Any] | None = None) -> str:
+    """sha256 of a JSON-able value in canonical form (identities); ``default`` turns values
+    JSON cannot hold into ones it can (as in :func:`json.dumps`)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=default).encode()
+                          ).hexdigest()
 
 
 def copy_file(source: Path, destination: Path) -> None:

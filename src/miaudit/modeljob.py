@@ -19,6 +19,7 @@ import torch
 from miaudit.config import ModelConfig, TrainConfig, build_recipe
 from miaudit.data import Pool
 from miaudit.errors import ConfigError, DataError, MiauditError
+from miaudit.identity import section_dump
 from miaudit.models import build_model
 from miaudit.planning import Plan
 from miaudit.rundir import RunDir
@@ -36,15 +37,6 @@ class ModelJob:
     seed: int
     identity: str
     pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
-
-
-def section_dump(section: Any) -> Any:
-    """A config section as it enters identities and model records (TrainConfig leaves out
-    identity-neutral fields at their neutral defaults)."""
-    if section is None:
-        return None
-    dump = getattr(section, "identity_dump", None)
-    return dump() if dump is not None else section.model_dump(mode="json")
 
 
 def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 
 from miaudit.data._base import DataError
+from miaudit.io import write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -169,21 +169,10 @@ def _write(path: Path, arrays: Arrays, meta: Meta) -> bool:
 
     arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
     payload = save(arrays, metadata={**meta, _DIGEST_KEY: arrays_digest(arrays)})
-    temporary = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                             suffix=".tmp")
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(payload)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; entries are plain data
-        os.replace(temporary, path)
+        write_bytes(path, payload)  # atomic: a temporary file, fsync, rename
     except OSError as error:
         log.warning("could not write cache entry %s: %s", path, error)
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
         return False
     return True
 

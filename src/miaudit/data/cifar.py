@@ -14,10 +14,8 @@ import hashlib
 import io
 import json
 import logging
-import os
 import pickle
 import tarfile
-import tempfile
 import urllib.request
 import zlib
 from collections.abc import Callable
@@ -30,6 +28,7 @@ import numpy as np
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import cached, resolve_data_dir
 from miaudit.data.imagefolder import check_limit, read_image_folder, splits_from_arrays
+from miaudit.io import atomic_write
 from miaudit.registry import DATASETS
 
 log = logging.getLogger(__name__)
@@ -146,20 +145,17 @@ def verify_md5(path: Path, expected: str) -> None:
 def download_verified(url: str, destination: Path, md5: str) -> Path:
     """Fetch ``url`` to ``destination``; the file appears there only once its MD5 matches."""
     log.warning("downloading %s to %s", url, destination)
-    temporary = None
-    try:
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=destination.parent, suffix=".part")
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+
+    def fetch(temporary: Path) -> None:
+        with open(temporary, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
             while block := response.read(1 << 20):
                 out.write(block)
-        verify_md5(Path(temporary), md5)
-        os.replace(temporary, destination)
+        verify_md5(temporary, md5)  # a mismatch raises: the temporary file is removed
+
+    try:
+        atomic_write(destination, fetch)
     except OSError as error:
         raise DataError(f"could not download {url} to {destination}: {error}") from error
-    finally:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
     return destination
 
 

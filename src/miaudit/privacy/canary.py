@@ -25,7 +25,6 @@ Everything is validated (:class:`DPAuditConfig`, model and recipe built once) be
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from miaudit.config import DataConfig, ModelConfig, TrainConfig
 from miaudit.data import Pool
+from miaudit.io import write_json
 from miaudit.privacy import auditing
 from miaudit.registry import DATASETS
 from miaudit.training import TrainEnv
@@ -273,8 +273,7 @@ class DPAuditReport:
 
     def write(self, path: str | Path) -> Path:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.as_dict(), indent=2) + "\n")
+        write_json(path, self.as_dict())
         return path
 
 

@@ -25,9 +25,7 @@ before any training.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +36,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from miaudit.importpath import ImportPathError, import_callable, source_digest
+from miaudit.io import text_digest
 from miaudit.registry import RECIPES
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams
 
@@ -96,9 +95,8 @@ class UserFunction(Recipe):
     def fingerprint(self) -> str:
         """Hash of the import path, the options and the source file of the function: part of
         the identity of models this recipe trains, so editing the function retrains them."""
-        text = json.dumps({"function": self.spec, "options": self.options,
-                           "source": source_digest(self.function)}, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return text_digest({"function": self.spec, "options": self.options,
+                            "source": source_digest(self.function)}, default=str)
 
 
 def check_signature(function: Any, spec: str, options: dict[str, Any]) -> bool:

@@ -17,6 +17,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from miaudit.io import write_bytes
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -86,8 +88,7 @@ def save_screenshot(driver, path: Path, width: int, height: int) -> None:
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": True,
         "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(base64.b64decode(shot["data"]))
+    write_bytes(path, base64.b64decode(shot["data"]))
 
 
 def check_page(path: Path, *, screenshot: Path | None = None, width: int = 1280,

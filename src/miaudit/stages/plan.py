@@ -24,8 +24,7 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
-from miaudit.io import file_digest
-from miaudit.modeljob import ModelJob, build_architecture, section_dump
+from miaudit.modeljob import ModelJob, build_architecture
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.registry import DATASETS
 from miaudit.rundir import ModelCache
@@ -45,7 +44,7 @@ class Audit:
     @property
     def run_identity(self) -> str:
         cfg = self.cfg
-        dump = section_dump
+        dump = ids.section_dump
         return ids.run_identity(
             data=self.data_identity, seed=cfg.seed, protocol=cfg.protocol,
             model=dump(cfg.model), train=dump(cfg.train),
@@ -106,17 +105,16 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     jobs = []
     if cfg.target is not None:
         weights = cfg.target.weights
-        jobs.append(ModelJob(0, cfg.model, cfg.train, model_seed(cfg.seed, 0), ids.text_digest(
-            {"pretrained": file_digest(weights), "members": ids.array_digest(members)})[:32],
-            pretrained=weights))
+        jobs.append(ModelJob(0, cfg.model, cfg.train, model_seed(cfg.seed, 0),
+                             ids.pretrained_identity(weights, members), pretrained=weights))
     for index in range(len(jobs), len(plan.keep)):
         model_cfg, train_cfg = model_configs(cfg, plan, index)
         seed = model_seed(cfg.seed, index)
         identity = ids.model_identity(
-            data=data, model=section_dump(model_cfg), train=section_dump(train_cfg),
+            data=data, model=ids.section_dump(model_cfg), train=ids.section_dump(train_cfg),
             model_seed=seed, membership=plan.keep[index], holdout=split.holdout,
             device_kind=train_device(cfg, device).type,
-            code=code_digests(cfg.data.name, model_cfg, train_cfg))
+            code=ids.code_digests(cfg.data.name, model_cfg.name, build_recipe(train_cfg)))
         jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in jobs}.values():
@@ -148,18 +146,6 @@ def read_members(path: Path, pool_size: int) -> np.ndarray:
         raise DataError(f"target.members {path}: the target needs members and non-members "
                         "in the pool")
     return mask
-
-
-def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
-    """Digests of the user's own code that a model depends on (components named by import
-    path, a user training function): editing that code retrains the model."""
-    from miaudit.importpath import source_digest
-    from miaudit.registry import MODELS
-
-    digests = [source_digest(registry.get(name)) for registry, name in
-               ((DATASETS, data_name), (MODELS, model_cfg.name)) if ":" in name]
-    fingerprint = getattr(build_recipe(train_cfg), "fingerprint", None)
-    return digests + ([fingerprint] if fingerprint else [])
 
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:
