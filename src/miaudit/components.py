@@ -64,9 +64,18 @@ def build_attack(spec: Spec, where: str = "attacks") -> Any:
 
 
 def build_output_defense(spec: Spec) -> Any:
+    """The output defense; it must derive from :class:`OutputDefense`, whose attributes
+    (``needs_holdout``) say what it needs."""
+    from miaudit.output_defenses.memguard import OutputDefense
+
     name, options = parse_spec(spec)
     OUTPUT_DEFENSES.check_options(name, options)
-    return _construct(OUTPUT_DEFENSES, name, options, "output_defense")
+    defense = _construct(OUTPUT_DEFENSES, name, options, "output_defense")
+    if not isinstance(defense, OutputDefense):
+        raise ConfigError(f"output_defense {name!r} built a {type(defense).__name__}; an "
+                          "output defense must derive from "
+                          "miaudit.output_defenses.memguard.OutputDefense")
+    return defense
 
 
 def check_queries(specs: list[str]) -> list[str]:

@@ -53,6 +53,10 @@ __all__ = ["AuditConfig", "ConfigError", "Spec", "attack_label", "build_attack",
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    def identity_dump(self) -> dict[str, Any]:
+        """The JSON dump that identifies what this section configures."""
+        return self.model_dump(mode="json")
+
 
 class DataConfig(_Strict):
     """Which data set, which part of it forms the audit pool, and what is set aside."""
@@ -298,8 +302,8 @@ class AuditConfig(_Strict):
         for where, train in (("train", self.train), ("reference_train", self.reference_train)):
             if train is not None and build_recipe(train).needs_validation:
                 users.append(f"{where}.recipe {train.recipe}")
-        if self.output_defense is not None and getattr(
-                build_output_defense(self.output_defense), "needs_holdout", False):
+        if self.output_defense is not None and \
+                build_output_defense(self.output_defense).needs_holdout:
             users.append("output_defense")
         if users and not self.data.holdout_size:
             raise ValueError(f"{', '.join(users)} need(s) held-out data that is never "

@@ -32,6 +32,10 @@ from miaudit.registry import OUTPUT_DEFENSES
 class OutputDefense:
     """Base class of output post-processors (see the module docstring)."""
 
+    #: defenses that calibrate on the defender's held-out data set this: ``apply`` then also
+    #: receives ``holdout_mask``, and the config requires ``data.holdout_size``
+    needs_holdout: bool = False
+
     def apply(self, logits: np.ndarray, labels: np.ndarray, member_mask: np.ndarray,
               seed: int | None = None) -> np.ndarray:
         raise NotImplementedError
@@ -227,7 +231,7 @@ class MemGuard(OutputDefense):
 
     # -- phase II and the whole defense -------------------------------------------------------
     #: the defender's classifier needs non-members of its own: the audit's holdout set
-    needs_holdout = True
+    needs_holdout: bool = True
 
     def apply(self, logits: np.ndarray, labels: np.ndarray, member_mask: np.ndarray,
               seed: int | None = None, holdout_mask: np.ndarray | None = None) -> np.ndarray:

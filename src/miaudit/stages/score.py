@@ -45,7 +45,7 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep
     for index in range(len(keep)):
         logits[index] = defense.apply(logits[index], labels, keep[index],
                                       **({"holdout_mask": reference}
-                                         if getattr(defense, "needs_holdout", False) else {}))
+                                         if defense.needs_holdout else {}))
 
 
 def score_stage(run: RunDir, planned: Audit, trained: Trained,

@@ -101,6 +101,9 @@ class Recipe:
     #: recipes that need held-out data (early stopping, MMD) set this; the pipeline then passes
     #: ``x_val``/``y_val`` drawn from samples the model does not train on.
     needs_validation: bool = False
+    #: a digest of user code the recipe runs (a user training function), part of the identity
+    #: of the models it trains; None for miaudit's own recipes (the version covers those)
+    fingerprint: str | None = None
 
     def __init__(self, penalties: Sequence[Penalty] = ()):
         self.penalties = list(penalties)
