@@ -97,3 +97,36 @@ def test_fields_added_with_a_neutral_default_do_not_change_identities():
     train = validate_config({}).train
     assert "ensemble" not in train.identity_dump() and "amp" not in train.identity_dump()
     assert validate_config({"train": {"ensemble": 4}}).train.identity_dump()["ensemble"] == 4
+
+
+def test_registry_create_is_the_one_value_error_translation():
+    from miaudit.registry import Registry
+
+    registry = Registry("widget", {})
+
+    @registry.register("picky")
+    def picky(size: int = 1):
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        if size > 10:
+            raise TypeError("too big")
+        return size
+
+    assert registry.create("picky", {"size": 3}, where="w") == 3
+    with pytest.raises(ConfigError, match=r"^widgets\[0\]: size must be >= 0, got -1$"):
+        registry.create("picky", {"size": -1}, where="widgets[0]")
+    with pytest.raises(TypeError):  # not an option-value error unless the caller says so
+        registry.create("picky", {"size": 11}, where="w")
+    with pytest.raises(ConfigError, match="too big"):
+        registry.create("picky", {"size": 11}, where="w", errors=(ValueError, TypeError))
+
+
+def test_an_output_defense_must_derive_from_the_base_class(monkeypatch):
+    from miaudit.components import build_output_defense
+    from miaudit.registry import OUTPUT_DEFENSES
+
+    monkeypatch.setitem(OUTPUT_DEFENSES._entries, "duck", lambda: object())
+    with pytest.raises(ConfigError, match="must derive from"):
+        build_output_defense("duck")
+    assert build_output_defense("memguard").needs_holdout is True
+    assert build_output_defense("memguard_label_only").needs_holdout is False

@@ -37,10 +37,7 @@ def build_recipe(train: TrainConfig) -> Any:
 def _construct(registry: Any, name: str, options: dict[str, Any], where: str) -> Any:
     """Build a component whose options fit its signature; a ValueError inside the constructor
     is a bad option value (the constructors validate their options that way)."""
-    try:
-        return registry.build(name, **options)
-    except ValueError as error:
-        raise ConfigError(f"{where}: {registry.kind} {name!r}: {error}") from None
+    return registry.create(name, options, where=f"{where}: {registry.kind} {name!r}")
 
 
 def attack_label(spec: Spec) -> tuple[str, str, dict[str, Any]]:

@@ -18,10 +18,10 @@ import torch
 
 from miaudit.config import ModelConfig, TrainConfig, build_recipe
 from miaudit.data import Pool
-from miaudit.errors import ConfigError, DataError, MiauditError
+from miaudit.errors import DataError, MiauditError
 from miaudit.identity import section_dump
-from miaudit.models import build_model
 from miaudit.planning import Plan
+from miaudit.registry import MODELS
 from miaudit.rundir import RunDir
 from miaudit.training import TrainEnv
 from miaudit.training.ensemble import ensemble_unsupported, fit_ensemble
@@ -41,13 +41,12 @@ class ModelJob:
 
 def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:
     """The registry model as configured (what a recipe's ``train`` starts from)."""
-    try:
-        return build_model(model_cfg.name, input_shape=pool.input_shape,
-                           num_classes=pool.num_classes, width=model_cfg.width,
-                           **model_cfg.options)
-    except (ValueError, TypeError) as error:  # the dry build at plan time: a bad option value
-        raise ConfigError(f"model {model_cfg.name!r} (width {model_cfg.width}, options "
-                          f"{model_cfg.options}) cannot be built: {error}") from None
+    # the dry build at plan time: a bad option value fails here, before any training
+    return MODELS.create(model_cfg.name, {
+        "input_shape": tuple(pool.input_shape), "num_classes": pool.num_classes,
+        "width": model_cfg.width, **model_cfg.options}, errors=(ValueError, TypeError),
+        where=f"model {model_cfg.name!r} (width {model_cfg.width}, options "
+              f"{model_cfg.options}) cannot be built")
 
 
 def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,

@@ -101,6 +101,16 @@ class Registry(Generic[T]):
         errors: :meth:`check_options` tells those apart before anything runs)."""
         return self.get(name)(**options)
 
+    def create(self, name: str, options: dict[str, Any], *, where: str,
+               errors: tuple[type[Exception], ...] = (ValueError,)) -> Any:
+        """Build a component from the user's options: the one place that turns a constructor's
+        ValueError (how constructors reject an option value) into a :class:`ConfigError`
+        ``"<where>: <message>"``."""
+        try:
+            return self.build(name, **options)
+        except errors as error:
+            raise ConfigError(f"{where}: {error}") from None
+
     def names(self) -> list[str]:
         _load_entry_points()
         return sorted(set(self._modules) | {n for n in self._entries if ":" not in n})

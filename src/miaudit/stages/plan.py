@@ -76,10 +76,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def load_pool(cfg: AuditConfig) -> Pool:
-    try:
-        splits = DATASETS.build(cfg.data.name, data_dir=cfg.data.data_dir, **cfg.data.options)
-    except ValueError as error:  # loaders validate their option values that way
-        raise ConfigError(f"data set {cfg.data.name!r}: {error}") from None
+    splits = DATASETS.create(cfg.data.name, {"data_dir": cfg.data.data_dir, **cfg.data.options},
+                             where=f"data set {cfg.data.name!r}")
     try:
         return make_pool(splits, cfg.data.pool, cfg.data.pool_size, cfg.seed)
     except ValueError as error:
