@@ -130,3 +130,17 @@ def test_an_output_defense_must_derive_from_the_base_class(monkeypatch):
         build_output_defense("duck")
     assert build_output_defense("memguard").needs_holdout is True
     assert build_output_defense("memguard_label_only").needs_holdout is False
+
+
+def test_the_config_command_refuses_what_the_audit_would(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    bad = ["config", "--set", "model.options.dropout=2"]
+    refused = CliRunner().invoke(app, bad)
+    assert refused.exit_code == 2
+    assert "dropout probability has to be between 0 and 1" in refused.output
+    assert CliRunner().invoke(app, [*bad, "--no-check"]).exit_code == 0
+    assert list(tmp_path.iterdir()) == []  # the check writes nothing

@@ -177,9 +177,17 @@ def score(
 def show_config(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="key.path=value")] = None,
+    check: Annotated[bool, typer.Option(help="also load the data and dry-build every model, "
+                                        "as the audit does before training, so that option "
+                                        "values the config alone cannot judge are checked")]
+    = True,
 ) -> None:
     """Print the resolved config (the defaults when no file is given) as YAML."""
     from miaudit.config import load_config
 
     cfg = load_config(config, _overrides({}, set_ or [], None, None))
+    if check:  # the audit's own plan stage: it writes nothing
+        from miaudit.stages.plan import plan_audit
+
+        plan_audit(cfg)
     console.print(cfg.to_yaml(), markup=False, highlight=False, soft_wrap=True)
