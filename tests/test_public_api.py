@@ -97,3 +97,30 @@ def test_score_in_memory_equals_score_to_files_and_results_load(tmp_path):
 def test_results_load_refuses_a_folder_without_results(tmp_path):
     with pytest.raises(RunDirError, match="results.json does not exist"):
         miaudit.Results.load(tmp_path)
+
+
+def test_results_table_and_roc_figure(tmp_path):
+    pd = pytest.importorskip("pandas")
+    logits, keep, labels = _outputs(models=6, samples=60)
+    outputs = validate_outputs(keep, logits, labels, sources=dict.fromkeys(
+        ("keep", "logits", "labels"), "memory"), query_names=["identity"])
+    attacks = ["loss", "lira:offline=true"]
+    for results in (miaudit.score(outputs, attacks),
+                    miaudit.score(outputs, attacks, out_dir=tmp_path / "scored")):
+        table = results.table()
+        assert isinstance(table, pd.DataFrame) and list(table.index) == attacks
+        assert table.loc["lira:offline=true", "attack"] == "lira"
+        for label in attacks:  # fractions, as in results.json
+            assert table.loc[label, "tpr@1%"] == results.metric(label, "tpr@1%")
+            assert table.loc[label, "auc_mean"] == results.metric(label, "auc", "mean")
+            low, high = results.attacks[label]["pooled"]["tpr@1%_ci"]
+            assert (table.loc[label, "tpr@1%_ci_low"],
+                    table.loc[label, "tpr@1%_ci_high"]) == (low, high)
+        assert 0 <= table["tpr@1%"].min() and table["auc"].max() <= 1
+        figure = results.plot_roc()
+        lines = figure.axes[0].get_lines()
+        assert [line.get_label() for line in lines][-1] == "chance"
+        assert len(lines) == len(attacks) + 1
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)

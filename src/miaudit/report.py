@@ -129,15 +129,21 @@ def plot_dp_bounds(run_root: Path, summary: dict[str, Any],
 
 def plot_roc(run_root: Path, summary: dict[str, Any],
              curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> Path:
-    """Log-log ROC of every attack, pooled over targets, with the chance line."""
+    """Log-log ROC of every attack, pooled over targets, with the chance line (roc.png)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    figure = roc_figure(summary, curves, audited_members(run_root, summary).ravel())
+    return save_figure(figure, run_root / "roc.png", dpi=120)
+
+
+def roc_figure(summary: dict[str, Any], curves: dict[str, tuple[np.ndarray, np.ndarray]],
+               members: np.ndarray) -> Any:
+    """The matplotlib figure of :func:`plot_roc`; ``members``: the pooled ground truth."""
     import matplotlib.pyplot as plt
 
     from miaudit.reporting.figures import distinct_colors, line_styles
 
-    members = audited_members(run_root, summary).ravel()
     figure, axis = plt.subplots(figsize=(8.5, 5), layout="constrained")
     floor = 1.0 / max(1, int((~members).sum()))
     count = len(summary["attacks"])
@@ -152,4 +158,4 @@ def plot_roc(run_root: Path, summary: dict[str, Any],
              title=f"{summary['name']} (pooled over {len(summary['targets'])} targets)")
     # Outside the axes: inside, a legend of 16 attacks hides the low-FPR region it describes.
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    return save_figure(figure, run_root / "roc.png", dpi=120)
+    return figure

@@ -1,6 +1,11 @@
 """The results schema: what ``results.json`` holds, shared by the pipeline (which validates a
 summary before writing it), the report and ``Results`` (which read it). Metric keys come from
-:mod:`miaudit.metrics` (``metrics.tpr_key(level)``, FPR levels defined there once)."""
+:mod:`miaudit.metrics` (``metrics.tpr_key(level)``, FPR levels defined there once).
+
+Units: every rate (TPR, FPR, accuracy, AUC) is a fraction in [0, 1] in results.json and in
+this API (``Results.metric``, ``Results.table``); only the displays (the terminal table, the
+HTML report, the markdown tables) print percent, and say so.
+"""
 
 from __future__ import annotations
 
@@ -84,6 +89,31 @@ class Results:
         """E.g. ``results.metric("lira", "tpr@0.1%")``; view is pooled, mean or std."""
         return self.attacks[attack][view][key]
 
+    def table(self) -> Any:
+        """One row per attack label (a pandas DataFrame; ``pip install pandas``): the attack's
+        registry name, every pooled metric (an interval ``k`` as ``k_low`` / ``k_high``) and,
+        over several targets, ``k_mean`` / ``k_std``. Rates are fractions (see module
+        docstring)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Results.table() needs pandas: pip install pandas") from None
+        rows = {label: _table_row(attack) for label, attack in self.attacks.items()}
+        return pd.DataFrame.from_dict(rows, orient="index").rename_axis("label")
+
+    def plot_roc(self) -> Any:
+        """The log-log ROC of every attack, pooled over targets, as a matplotlib figure
+        (the run's roc.png)."""
+        from miaudit import metrics
+        from miaudit.report import roc_figure
+
+        curves, members = {}, None
+        for label in self.attacks:
+            scores, truth = self.scores(label)
+            members = truth.ravel()
+            curves[label] = metrics.roc_curve(scores.ravel(), members)[:2]
+        return roc_figure(self.summary, curves, members)
+
     def scores(self, attack: str) -> tuple[np.ndarray, np.ndarray]:
         """(scores, members) of one attack label, both (targets, audited samples): the
         per-sample membership scores (higher = more likely a member) and the ground truth."""
@@ -95,6 +125,19 @@ class Results:
 
         return (read_scores(self.run_dir, self.summary, attack),
                 audited_members(self.run_dir, self.summary))
+
+
+def _table_row(attack: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"attack": attack["attack"]}
+    for key, value in attack["pooled"].items():
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            row[f"{key}_low"], row[f"{key}_high"] = value
+        elif isinstance(value, (int, float, bool)) or value is None:
+            row[key] = value
+    if len(attack.get("per_target", ())) > 1:
+        for view in ("mean", "std"):
+            row.update({f"{key}_{view}": value for key, value in attack[view].items()})
+    return row
 
 
 def load_summary(run_root: Path) -> dict[str, Any]:
