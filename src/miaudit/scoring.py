@@ -109,8 +109,9 @@ def score(outputs: Any, attacks: list[Spec] | None = None, *,
     ``outputs``: an :class:`miaudit.external.ExternalOutputs`, or the path of a LiRA
     experiment folder or a bundle file; ``attacks``: specs as in a config (default: the
     default audit's suite); ``population``: indices of samples no model trained on (never
-    scored); ``out_dir``: the run directory to write (results.json, per-sample scores, plots),
-    or None to write nothing and keep the scores in the returned :class:`Results`.
+    scored); ``balance`` (a path only): samples IN for all or no models are an "error", "warn"
+    or "ignore"; ``out_dir``: the run directory to write (results.json, per-sample scores,
+    plots), or None to write nothing and keep the scores in the returned :class:`Results`.
     """
     from miaudit.config import DEFAULT_ATTACKS
     from miaudit.external import read_any
