@@ -99,14 +99,19 @@ def test_results_load_refuses_a_folder_without_results(tmp_path):
         miaudit.Results.load(tmp_path)
 
 
-def test_results_table_and_roc_figure(tmp_path):
-    pd = pytest.importorskip("pandas")
+def _scored_twice(tmp_path):
     logits, keep, labels = _outputs(models=6, samples=60)
     outputs = validate_outputs(keep, logits, labels, sources=dict.fromkeys(
         ("keep", "logits", "labels"), "memory"), query_names=["identity"])
     attacks = ["loss", "lira:offline=true"]
-    for results in (miaudit.score(outputs, attacks),
-                    miaudit.score(outputs, attacks, out_dir=tmp_path / "scored")):
+    return attacks, (miaudit.score(outputs, attacks),
+                     miaudit.score(outputs, attacks, out_dir=tmp_path / "scored"))
+
+
+def test_results_table_holds_the_pooled_fractions(tmp_path):
+    pd = pytest.importorskip("pandas")
+    attacks, both = _scored_twice(tmp_path)
+    for results in both:
         table = results.table()
         assert isinstance(table, pd.DataFrame) and list(table.index) == attacks
         assert table.loc["lira:offline=true", "attack"] == "lira"
@@ -117,10 +122,15 @@ def test_results_table_and_roc_figure(tmp_path):
             assert (table.loc[label, "tpr@1%_ci_low"],
                     table.loc[label, "tpr@1%_ci_high"]) == (low, high)
         assert 0 <= table["tpr@1%"].min() and table["auc"].max() <= 1
+
+
+def test_results_plot_roc_draws_every_attack_and_chance(tmp_path):
+    import matplotlib.pyplot as plt
+
+    attacks, both = _scored_twice(tmp_path)
+    for results in both:
         figure = results.plot_roc()
         lines = figure.axes[0].get_lines()
-        assert [line.get_label() for line in lines][-1] == "chance"
-        assert len(lines) == len(attacks) + 1
-        import matplotlib.pyplot as plt
-
+        assert [line.get_label() for line in lines] == [
+            f"{label} (AUC {results.metric(label, 'auc'):.3f})" for label in attacks] + ["chance"]
         plt.close(figure)
