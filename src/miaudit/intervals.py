@@ -233,3 +233,43 @@ def simultaneous_band(replicates: Sequence[np.ndarray],
     ordered = np.sort(matrix, axis=0)
     return [[float(ordered[k, i]), float(ordered[rounds - 1 - k, i])]
             for i in range(matrix.shape[1])]
+
+
+CONDITIONAL = ("exact Clopper-Pearson interval of the pooled member count above the chosen "
+               "threshold: conditional on these trained models (and on the threshold); it does "
+               "not cover a rerun with new models")
+
+
+def pooled_intervals(pooled: dict, replicates: dict[str, np.ndarray],
+                     method: str) -> dict:
+    """``pooled`` (a :func:`miaudit.metrics.summarize` result) with the bootstrap intervals
+    as ``<key>_ci`` (TPR at each level, AUC, balanced accuracy) and the Clopper-Pearson
+    intervals it held renamed ``tpr@<level>_ci_conditional``; ``ci_method`` and
+    ``ci_conditional_method`` say what each covers."""
+    out = {}
+    for key, value in pooled.items():
+        if key.endswith("_ci") and key.startswith("tpr@"):
+            out[key] = percentile_interval(replicates[key.removesuffix("_ci")])
+            out[f"{key}_conditional"] = value
+        else:
+            out[key] = value
+        if key in ("auc", "balanced_accuracy"):
+            out[f"{key}_ci"] = percentile_interval(replicates[key])
+    out["ci_method"] = method
+    out["ci_conditional_method"] = CONDITIONAL
+    return out
+
+
+def add_simultaneous_bands(attacks: dict[str, dict], replicates: dict[str, dict],
+                           keys: Sequence[str]) -> None:
+    """For each key (e.g. "tpr@0.1%"), a band over every attack measurable there, from the
+    replicates the attacks share: ``pooled[<key>_ci_simultaneous]``. Whichever attack a
+    reader picks after looking (the strongest), its band covers its truth with >= 95%."""
+    for key in keys:
+        labels = [label for label, attack in attacks.items()
+                  if attack["pooled"].get(f"{key}_measurable", True)]
+        if not labels:
+            continue
+        bands = simultaneous_band([replicates[label][key] for label in labels])
+        for label, band in zip(labels, bands):
+            attacks[label]["pooled"][f"{key}_ci_simultaneous"] = band
