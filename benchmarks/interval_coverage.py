@@ -36,15 +36,20 @@ def coverage_table(audits: int, models: int, samples: int, seed: int) -> str:
     lines = [f"{audits} simulated audits, {models} models under rotation, {samples} samples, "
              f"{intervals.ROUNDS} bootstrap replicates each ({seconds:.0f} CPU s):", "",
              "| metric | truth (quadrature / simulation) | new: crossed bootstrap, coverage | "
-             "mean width | old pooled interval, coverage | mean width |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "mean width | old pooled interval, coverage | mean width | from per-target "
+             "summaries, coverage | mean width |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, name in NAMES.items():
         scale = 1 if key == "auc" else 100
         lines.append(f"| {name} | {scale * result.truth[key]:.3f} / {scale * simulated[key]:.3f}"
                      f" | {100 * result.new[key]:.1f}% | {scale * result.new_width[key]:.3f} | "
-                     f"{100 * result.old[key]:.1f}% | {scale * result.old_width[key]:.3f} |")
+                     f"{100 * result.old[key]:.1f}% | {scale * result.old_width[key]:.3f} | "
+                     f"{100 * result.summaries[key]:.1f}% | "
+                     f"{scale * result.summaries_width[key]:.3f} |")
     return "\n".join(lines) + "\n\n(TPR in percent, AUC as a fraction; old AUC interval: " \
-        "t interval over the per-target AUCs, as experiments/claims.py used.)"
+        "t interval over the per-target AUCs, as experiments/claims.py used; per-target " \
+        "summaries: intervals.target_summary_interval, what claims.py computes from " \
+        "committed results.json files that hold no scores.)"
 
 
 def cost(models: int, samples: int, repeats: int) -> str:

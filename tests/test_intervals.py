@@ -124,3 +124,17 @@ def test_crossed_bootstrap_covers_the_truth_where_the_pooled_interval_does_not()
         assert result.new[key] >= 0.9, (key, result.new)
     for key in ("tpr@0.1%", "tpr@1%"):
         assert result.old[key] < 0.75, (key, result.old)
+    # the interval claims.py builds from per-target summaries (no scores) errs wide
+    for key in TRUTH:
+        assert result.summaries[key] >= 0.9, (key, result.summaries)
+        assert result.summaries_width[key] >= result.new_width[key]
+
+
+def test_target_summary_interval_hand_computed():
+    """Two targets with TPR 0.1 and 0.3 (100 members each), pooled 0.2: between-target
+    variance 0.02 / 2 = 0.01, mean binomial variance (0.09 + 0.21) / 2 / 100 = 0.0015;
+    half-width 1.95996 * sqrt(0.0115) = 0.2102, the lower end clipped at 0."""
+    per_target = [{"tpr@1%": 0.1, "n_members": 100}, {"tpr@1%": 0.3, "n_members": 100}]
+    low, high = intervals.target_summary_interval({"tpr@1%": 0.2}, per_target, "tpr@1%")
+    half = 1.959964 * np.sqrt(0.0115)
+    assert (low, high) == pytest.approx((0.0, 0.2 + half), abs=1e-6)

@@ -105,8 +105,6 @@ def replicate_metrics(scores: np.ndarray, members: np.ndarray, resamples: Resamp
     tie_ends = np.r_[np.flatnonzero(np.diff(sorted_scores)), len(order) - 1]
     # Cumulative integer weights are exact in float32 up to 2^24 (their total is T * N).
     dtype = np.float32 if len(order) < (1 << 24) else np.float64
-    target_counts = resamples.targets.astype(dtype)
-    sample_counts = resamples.samples.astype(dtype)
     out = {key: np.empty(resamples.rounds) for key in metric_keys(fpr_levels)}
     block = max(1, BLOCK_CELLS // len(order))
     tied = len(tie_ends) < len(order)
@@ -117,10 +115,12 @@ def replicate_metrics(scores: np.ndarray, members: np.ndarray, resamples: Resamp
     members_above = nonmember_at - np.arange(len(nonmember_at))
     for start in range(0, resamples.rounds, block):
         rows = slice(start, start + block)
-        counts = target_counts[rows], sample_counts[rows]
+        # (cells, replicates) layout: gathers and cumulative sums run over contiguous rows
+        counts = (np.ascontiguousarray(resamples.targets[rows].T, dtype=dtype),
+                  np.ascontiguousarray(resamples.samples[rows].T, dtype=dtype))
         if tied:
             member_weights = _weights(counts, target_of, sample_of)
-            nonmember_weights = member_weights * ~is_member
+            nonmember_weights = member_weights * ~is_member[:, None]
             member_weights -= nonmember_weights
             statistics = _cumulative_tied(member_weights, nonmember_weights, group_starts)
         else:
@@ -133,42 +133,43 @@ def replicate_metrics(scores: np.ndarray, members: np.ndarray, resamples: Resamp
 
 def _weights(counts: tuple[np.ndarray, np.ndarray], target_of: np.ndarray,
              sample_of: np.ndarray) -> np.ndarray:
-    """(block, cells): each cell's weight in each replicate, the product of its target's and
+    """(cells, block): each cell's weight in each replicate, the product of its target's and
     its sample's resampling counts."""
-    weights = np.take(counts[0], target_of, axis=1)
-    weights *= np.take(counts[1], sample_of, axis=1)
+    weights = np.take(counts[0], target_of, axis=0)
+    weights *= np.take(counts[1], sample_of, axis=0)
     return weights
 
 
-# Both helpers below return, per replicate (row) and per threshold just above each non-member
-# (group): the members above it (true positives), the non-members up to and including it
-# (cumulative; the threshold's own false positives are the previous column's), the positives,
-# and the AUC's numerator.
+# Both helpers below return, per threshold just above each non-member (group; row) and per
+# replicate (column): the members above it (true positives), the non-members up to and
+# including it (cumulative; the threshold's own false positives are the previous row's), the
+# positives, and the AUC's numerator.
 def _cumulative(member_weights: np.ndarray, nonmember_weights: np.ndarray,
                 members_above: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Untied scores: one column per non-member cell; the AUC's numerator is the sum over
+    """Untied scores: one row per non-member cell; the AUC's numerator is the sum over
     non-members of weight x weighted members above."""
-    member_cumulative = np.cumsum(member_weights, axis=1)
-    positives = member_cumulative[:, -1].astype(np.float64)
-    member_cumulative = np.hstack([np.zeros((len(member_weights), 1), member_weights.dtype),
-                                   member_cumulative])
-    true_pos = np.take(member_cumulative, members_above, axis=1)
-    area = np.einsum("ij,ij->i", nonmember_weights, true_pos, dtype=np.float64)
-    false_pos = np.cumsum(nonmember_weights, axis=1, out=nonmember_weights)
+    member_cumulative = np.empty((len(member_weights) + 1, member_weights.shape[1]),
+                                 member_weights.dtype)
+    member_cumulative[0] = 0.0
+    np.cumsum(member_weights, axis=0, out=member_cumulative[1:])
+    positives = member_cumulative[-1].astype(np.float64)
+    true_pos = np.take(member_cumulative, members_above, axis=0)
+    area = np.einsum("ij,ij->j", nonmember_weights, true_pos, dtype=np.float64)
+    false_pos = np.cumsum(nonmember_weights, axis=0, out=nonmember_weights)
     return true_pos, false_pos, positives, area
 
 
 def _cumulative_tied(member_weights: np.ndarray, nonmember_weights: np.ndarray,
                      group_starts: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Tied scores: one column per tie group; the AUC's numerator by the trapezoid rule, the
-    sum over groups of dFP * (TP above + dTP / 2)."""
-    step_fp = np.add.reduceat(nonmember_weights, group_starts, axis=1)
-    step_tp = np.add.reduceat(member_weights, group_starts, axis=1)
-    through = np.cumsum(step_tp, axis=1)
+    """Tied scores: one row per tie group; the AUC's numerator by the trapezoid rule, the sum
+    over groups of dFP * (TP above + dTP / 2)."""
+    step_fp = np.add.reduceat(nonmember_weights, group_starts, axis=0)
+    step_tp = np.add.reduceat(member_weights, group_starts, axis=0)
+    through = np.cumsum(step_tp, axis=0)
     true_pos = through - step_tp
-    area = (np.einsum("ij,ij->i", step_fp, true_pos, dtype=np.float64)
-            + np.einsum("ij,ij->i", step_fp, step_tp, dtype=np.float64) / 2.0)
-    return true_pos, np.cumsum(step_fp, axis=1), through[:, -1].astype(np.float64), area
+    area = (np.einsum("ij,ij->j", step_fp, true_pos, dtype=np.float64)
+            + np.einsum("ij,ij->j", step_fp, step_tp, dtype=np.float64) / 2.0)
+    return true_pos, np.cumsum(step_fp, axis=0), through[-1].astype(np.float64), area
 
 
 def _roc_statistics(true_pos: np.ndarray, false_pos: np.ndarray, positives: np.ndarray,
@@ -178,24 +179,24 @@ def _roc_statistics(true_pos: np.ndarray, false_pos: np.ndarray, positives: np.n
     without members or without non-members gets NaN."""
     from miaudit.metrics import tpr_key
 
-    negatives = false_pos[:, -1].astype(np.float64)
+    negatives = false_pos[-1].astype(np.float64)
     valid = (positives > 0) & (negatives > 0)
     positives, negatives = np.where(valid, positives, 1.0), np.where(valid, negatives, 1.0)
     out["auc"][rows] = np.where(valid, area / (positives * negatives), np.nan)
     # balanced accuracy = 1/2 + max(TPR - FPR, 0) / 2 = 1/2 + max(TP * N / P - FP, 0) / (2 N)
-    ratio = (negatives / positives).astype(true_pos.dtype)[:, None]
-    youden = np.maximum(np.max(true_pos[:, 1:] * ratio - false_pos[:, :-1], axis=1,
-                               initial=0.0), true_pos[:, 0] * ratio[:, 0]).astype(np.float64)
+    ratio = (negatives / positives).astype(true_pos.dtype)
+    youden = np.maximum(np.max(true_pos[1:] * ratio - false_pos[:-1], axis=0, initial=0.0),
+                        true_pos[0] * ratio).astype(np.float64)
     out["balanced_accuracy"][rows] = np.where(valid, 0.5 + youden / (2.0 * negatives), np.nan)
+    last = len(false_pos) - 1
     for level in fpr_levels:
-        # The first column whose cumulative false positives exceed the budget stops the
-        # threshold: its members above are the TPR (1 when no column exceeds it).
-        budget = level * negatives
-        tprs = np.ones(len(true_pos))
-        for row, (fp, tp) in enumerate(zip(false_pos, true_pos)):
-            stop = int(np.searchsorted(fp, budget[row], side="right"))
-            if stop < len(fp):
-                tprs[row] = tp[stop] / positives[row]
+        # The first row whose cumulative false positives exceed the budget stops the
+        # threshold: its members above give the TPR (1 when no row exceeds it).
+        # integer counts: FP <= budget iff FP <= floor(budget), exact in float32 too
+        budget = np.floor(level * negatives).astype(false_pos.dtype)
+        stop = np.count_nonzero(false_pos <= budget, axis=0)
+        picked = np.take_along_axis(true_pos, np.minimum(stop, last)[None, :], axis=0)[0]
+        tprs = np.where(stop <= last, picked / positives, 1.0)
         out[tpr_key(level)][rows] = np.where(valid, tprs, np.nan)
 
 
@@ -273,3 +274,47 @@ def add_simultaneous_bands(attacks: dict[str, dict], replicates: dict[str, dict]
         bands = simultaneous_band([replicates[label][key] for label in labels])
         for label, band in zip(labels, bands):
             attacks[label]["pooled"][f"{key}_ci_simultaneous"] = band
+
+
+def from_target_summaries(center: float, values: Sequence[float],
+                          variances: Sequence[float],
+                          confidence: float = CONFIDENCE) -> list[float]:
+    """A normal interval around ``center`` (the pooled estimate) for results that keep only
+    per-target summaries, not the scores (e.g. committed results.json files): the variance is
+    the between-target variance of the per-target ``values`` over T (training randomness and
+    each target's own sampling noise) plus the mean per-target sampling variance
+    ``variances`` (binomial for a TPR, Hanley-McNeil for an AUC), counted in full as if the
+    sample draw were shared perfectly by all targets. That last term is an upper bound on
+    the shared-sample component, so the interval errs on the wide side; its coverage is
+    measured beside the bootstrap's in ``benchmarks/interval_coverage.py``."""
+    from scipy.stats import norm
+
+    values = np.asarray(values, dtype=float)
+    between = values.var(ddof=1) / len(values) if len(values) > 1 else 0.0
+    half = norm.ppf(0.5 + confidence / 2.0) * np.sqrt(between + np.mean(variances))
+    return [float(max(center - half, 0.0)), float(min(center + half, 1.0))]
+
+
+def binomial_variance(rate: float, trials: int) -> float:
+    return rate * (1.0 - rate) / trials
+
+
+def hanley_mcneil_variance(auc: float, positives: int, negatives: int) -> float:
+    """The AUC's variance under sampling of members and non-members (Hanley & McNeil 1982,
+    Radiology 143, Eq. 2)."""
+    q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
+    return max((auc * (1 - auc) + (positives - 1) * (q1 - auc ** 2)
+                + (negatives - 1) * (q2 - auc ** 2)) / (positives * negatives), 0.0)
+
+
+def target_summary_interval(pooled: dict, per_target: Sequence[dict], key: str,
+                            confidence: float = CONFIDENCE) -> list[float]:
+    """:func:`from_target_summaries` of ``key`` ("tpr@<level>" or "auc") from a results.json
+    attack's pooled and per-target summaries."""
+    values = [float(entry[key]) for entry in per_target]
+    if key == "auc":
+        variances = [hanley_mcneil_variance(e["auc"], e["n_members"], e["n_nonmembers"])
+                     for e in per_target]
+    else:
+        variances = [binomial_variance(e[key], e["n_members"]) for e in per_target]
+    return from_target_summaries(float(pooled[key]), values, variances, confidence)

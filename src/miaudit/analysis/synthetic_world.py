@@ -115,6 +115,8 @@ class Coverage:
     old: dict[str, float]
     new_width: dict[str, float]
     old_width: dict[str, float]
+    summaries: dict[str, float]  # intervals.target_summary_interval (no scores needed)
+    summaries_width: dict[str, float]
 
 
 def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
@@ -130,8 +132,9 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
 
     truth = world.truth(fpr_levels)
     rng = np.random.default_rng(seed)
-    hits = {kind: {key: 0 for key in truth} for kind in ("new", "old")}
-    widths = {kind: {key: 0.0 for key in truth} for kind in ("new", "old")}
+    kinds = ("new", "old", "summaries")
+    hits = {kind: {key: 0 for key in truth} for kind in kinds}
+    widths = {kind: {key: 0.0 for key in truth} for kind in kinds}
     for audit in range(audits):
         scores, members = world.audit(num_models, num_samples, rng)
         pooled = metrics.summarize(scores.ravel(), members.ravel(), fpr_levels)
@@ -139,15 +142,18 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
                                              rounds or intervals.ROUNDS, seed=seed + audit)
         new = intervals.intervals(intervals.replicate_metrics(scores, members, resamples,
                                                               fpr_levels))
-        aucs = [metrics.summarize(s, m, ())["auc"] for s, m in zip(scores, members)]
+        per_target = [metrics.summarize(s, m, fpr_levels) for s, m in zip(scores, members)]
+        aucs = [entry["auc"] for entry in per_target]
         half = student.ppf(0.975, num_models - 1) * np.std(aucs, ddof=1) / np.sqrt(num_models)
         old = {key: pooled[f"{key}_ci"] for key in truth if key != "auc"}
         old["auc"] = [np.mean(aucs) - half, np.mean(aucs) + half]
-        for kind, found in (("new", new), ("old", old)):
+        summaries = {key: intervals.target_summary_interval(pooled, per_target, key)
+                     for key in truth}
+        for kind, found in (("new", new), ("old", old), ("summaries", summaries)):
             for key, value in truth.items():
                 low, high = found[key]
                 hits[kind][key] += int(low <= value <= high)
                 widths[kind][key] += (high - low) / audits
-    return Coverage(audits, truth, {k: v / audits for k, v in hits["new"].items()},
-                    {k: v / audits for k, v in hits["old"].items()}, widths["new"],
-                    widths["old"])
+    share = {kind: {k: v / audits for k, v in hits[kind].items()} for kind in kinds}
+    return Coverage(audits, truth, share["new"], share["old"], widths["new"], widths["old"],
+                    share["summaries"], widths["summaries"])
