@@ -183,21 +183,38 @@ def _roc_statistics(true_pos: np.ndarray, false_pos: np.ndarray, positives: np.n
     valid = (positives > 0) & (negatives > 0)
     positives, negatives = np.where(valid, positives, 1.0), np.where(valid, negatives, 1.0)
     out["auc"][rows] = np.where(valid, area / (positives * negatives), np.nan)
-    # balanced accuracy = 1/2 + max(TPR - FPR, 0) / 2 = 1/2 + max(TP * N / P - FP, 0) / (2 N)
-    ratio = (negatives / positives).astype(true_pos.dtype)
-    youden = np.maximum(np.max(true_pos[1:] * ratio - false_pos[:-1], axis=0, initial=0.0),
-                        true_pos[0] * ratio).astype(np.float64)
-    out["balanced_accuracy"][rows] = np.where(valid, 0.5 + youden / (2.0 * negatives), np.nan)
-    last = len(false_pos) - 1
     for level in fpr_levels:
-        # The first row whose cumulative false positives exceed the budget stops the
-        # threshold: its members above give the TPR (1 when no row exceeds it).
-        # integer counts: FP <= budget iff FP <= floor(budget), exact in float32 too
-        budget = np.floor(level * negatives).astype(false_pos.dtype)
-        stop = np.count_nonzero(false_pos <= budget, axis=0)
-        picked = np.take_along_axis(true_pos, np.minimum(stop, last)[None, :], axis=0)[0]
-        tprs = np.where(stop <= last, picked / positives, 1.0)
-        out[tpr_key(level)][rows] = np.where(valid, tprs, np.nan)
+        out[tpr_key(level)][rows] = np.where(
+            valid, _tpr_at(true_pos, false_pos, level * negatives, positives) / positives,
+            np.nan)
+    # balanced accuracy = 1/2 + max(TPR - FPR, 0) / 2 = 1/2 + max(TP * N / P - FP, 0) / (2 N);
+    # the last use of true_pos, scaled in place
+    ratio = (negatives / positives).astype(true_pos.dtype)
+    first = true_pos[0] * ratio
+    scaled = np.multiply(true_pos[1:], ratio, out=true_pos[1:])
+    scaled -= false_pos[:-1]
+    youden = np.maximum(np.max(scaled, axis=0, initial=0.0), first).astype(np.float64)
+    out["balanced_accuracy"][rows] = np.where(valid, 0.5 + youden / (2.0 * negatives), np.nan)
+
+
+def _tpr_at(true_pos: np.ndarray, false_pos: np.ndarray, budget: np.ndarray,
+            positives: np.ndarray) -> np.ndarray:
+    """Weighted true positives of the best threshold within each replicate's false-positive
+    ``budget``: the first row whose cumulative false positives exceed the budget stops the
+    threshold, and its members above are the true positives (all of them when no row
+    exceeds it). Low FPR levels stop near the top, so the rows are searched in a growing
+    prefix rather than all at once."""
+    # integer counts: FP <= budget iff FP <= floor(budget), exact in float32 too
+    budget = np.floor(budget).astype(false_pos.dtype)
+    rows = len(false_pos)
+    prefix = min(rows, int(2 * budget.max()) + 256)
+    while True:
+        stop = np.count_nonzero(false_pos[:prefix] <= budget, axis=0)
+        if prefix == rows or (stop < prefix).all():
+            break
+        prefix = min(rows, 4 * prefix)
+    picked = np.take_along_axis(true_pos, np.minimum(stop, rows - 1)[None, :], axis=0)[0]
+    return np.where(stop < rows, picked, positives)
 
 
 def percentile_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> list[float]:
