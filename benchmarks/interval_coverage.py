@@ -2,7 +2,8 @@
 the cost of the crossed bootstrap at paper scale.
 
     PYTHONPATH=src python benchmarks/interval_coverage.py [--audits 300] [--samples 2000]
-    PYTHONPATH=src python benchmarks/interval_coverage.py --cost [--samples 60000 --models 64]
+    PYTHONPATH=src python benchmarks/interval_coverage.py --cost [--samples 60000 --models 64
+        --rounds 100]
 
 The world (``miaudit.analysis.synthetic_world``): per-sample difficulty and membership effect,
 per-model offset and memorization strength, model-by-sample noise; its population ROC from
@@ -52,20 +53,21 @@ def coverage_table(audits: int, models: int, samples: int, seed: int) -> str:
         "committed results.json files that hold no scores.)"
 
 
-def cost(models: int, samples: int, repeats: int) -> str:
+def cost(models: int, samples: int, repeats: int, rounds: int) -> str:
     rng = np.random.default_rng(0)
     members = np.zeros((models, samples), dtype=bool)
     members[::2, : samples // 2] = members[1::2, samples // 2:] = True
     scores = rng.normal(size=(models, samples)) + 0.3 * members
-    resamples = intervals.Resamples.draw(models, samples)
+    resamples = intervals.Resamples.draw(models, samples, rounds)
     times = []
     for _ in range(repeats):
         started = time.process_time()
         intervals.replicate_metrics(scores, members, resamples, metrics.DEFAULT_FPR_LEVELS)
         times.append(time.process_time() - started)
+    per_audit = np.median(times) * intervals.ROUNDS / rounds
     return (f"crossed bootstrap of one attack, {models} targets x {samples} samples, "
-            f"{intervals.ROUNDS} replicates: median {np.median(times):.2f} CPU s "
-            f"(of {repeats})")
+            f"{rounds} replicates: median {np.median(times):.2f} CPU s (of {repeats}); "
+            f"{per_audit:.1f} CPU s at the audit's {intervals.ROUNDS} (linear in replicates)")
 
 
 def main() -> None:
@@ -76,9 +78,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cost", action="store_true", help="time the bootstrap instead")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=intervals.ROUNDS,
+                        help="--cost: replicates timed (the cost is linear in them)")
     args = parser.parse_args()
     if args.cost:
-        print(cost(args.models, args.samples, args.repeats))
+        print(cost(args.models, args.samples, args.repeats, args.rounds))
     else:
         print(coverage_table(args.audits, args.models, args.samples, args.seed))
 
