@@ -99,19 +99,23 @@ def replicate_metrics(scores: np.ndarray, members: np.ndarray, resamples: Resamp
     if resamples.targets.shape[1] != num_targets or resamples.samples.shape[1] != num_samples:
         raise ValueError(f"resamples are for {resamples.targets.shape[1]} x "
                          f"{resamples.samples.shape[1]} cells, scores are {scores.shape}")
-    distinct, group_of = np.unique(-scores, return_inverse=True)  # ascending: high scores first
-    if len(distinct) <= FEW_VALUES:
-        return _few_values(group_of.reshape(scores.shape), len(distinct), members, resamples,
-                           fpr_levels)
     order = np.argsort(-scores.ravel(), kind="stable")
+    negated = -scores.ravel()[order]  # ascending
+    new_value = np.r_[False, np.diff(negated) != 0]
+    if np.count_nonzero(new_value) < FEW_VALUES:
+        group_of = np.empty(len(order), dtype=np.int64)
+        group_of[order] = np.cumsum(new_value)  # 0 for the highest score
+        return _few_values(group_of.reshape(scores.shape), int(group_of.max()) + 1, members,
+                           resamples, fpr_levels)
     target_of, sample_of = np.divmod(order, num_samples)
     is_member = members.ravel()[order]
-    negated = -scores.ravel()[order]  # ascending
     # Members and non-members as two streams in decreasing score order; for each non-member,
     # the members strictly above it and those at or above it (they differ only where a member
     # ties with it: ties count half in the AUC, and no threshold splits a tie).
     above = np.searchsorted(negated[is_member], negated[~is_member], side="left")
     at_or_above = np.searchsorted(negated[is_member], negated[~is_member], side="right")
+    streams = ((target_of[is_member], sample_of[is_member]),
+               (target_of[~is_member], sample_of[~is_member]))
     # Cumulative integer weights are exact in float32 up to 2^24 (their total is T * N).
     dtype = np.float32 if len(order) < (1 << 24) else np.float64
     out = {key: np.empty(resamples.rounds) for key in metric_keys(fpr_levels)}
@@ -119,8 +123,7 @@ def replicate_metrics(scores: np.ndarray, members: np.ndarray, resamples: Resamp
     for start in range(0, resamples.rounds, block):
         rows = slice(start, start + block)
         counts = resamples.targets[rows].astype(dtype), resamples.samples[rows].astype(dtype)
-        statistics = _cumulative(_weights(counts, target_of[is_member], sample_of[is_member]),
-                                 _weights(counts, target_of[~is_member], sample_of[~is_member]),
+        statistics = _cumulative(_weights(counts, *streams[0]), _weights(counts, *streams[1]),
                                  above, at_or_above)
         _roc_statistics(*statistics, fpr_levels, out, rows)
     return out
@@ -170,7 +173,7 @@ def _weights(counts: tuple[np.ndarray, np.ndarray], target_of: np.ndarray,
 def _members_up_to(member_cumulative: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """(block, non-members): the weight of the first ``counts`` members of the stream."""
     weight = np.take(member_cumulative, np.maximum(counts - 1, 0), axis=1)
-    weight[:, counts == 0] = 0.0
+    weight[:, :np.searchsorted(counts, 0, side="right")] = 0.0  # counts are non-decreasing
     return weight
 
 
