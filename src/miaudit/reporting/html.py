@@ -111,7 +111,10 @@ def headline(view: RunView) -> str:
     best = view.best_attack()
     low, one, acc = best.tpr("0.1%"), best.tpr("1%"), view.accuracy
     chance = ("at chance level: no member is found more often than a non-member"
-              if low.value <= 0.001 else f"{low.value / 0.001:.1f}× the chance rate")
+              if low.value <= 0.001 else f"{low.value / 0.001:.1f}× the chance rate"
+              + ("; its 95% band reaches down to the chance rate, so this run cannot tell it "
+                 "from chance" if low.ci_simultaneous and low.ci_simultaneous[0] <= 0.001
+                 else ""))
     auc = best.metric("auc")
     kpis = [
         ("strongest attack", best.label, figures.family(best.name)),
