@@ -30,7 +30,11 @@ audit share the same replicates, and the band widens every attack's percentile i
 the common level at which 95% of replicates lie inside every attack's interval at once
 (Mandel & Betensky 2008, "Simultaneous confidence intervals based on the percentile
 bootstrap approach", Comput. Stat. Data Anal. 52(4), 2158-2165). The truth of whichever attack
-is picked after looking (e.g. the largest point estimate) is covered with at least 95%.
+is picked after looking (e.g. the largest point estimate) is then covered with at least about
+95% (as far as the bootstrap itself is accurate).
+
+Measured coverage against a synthetic world with known truth (``benchmarks/interval_coverage.py``,
+300 audits of 16 models): 97.0% at TPR@0.1%, 96.7% at TPR@1%, 97.7% for AUC.
 """
 
 from __future__ import annotations
