@@ -161,7 +161,8 @@ def write_reports(run: RunDir, planned: Audit, summary: dict[str, Any]) -> None:
     write_exposed_samples(run.root, read_scores(run.root, summary, best),
                           planned.plan.keep[summary["targets"]][:, audited],
                           pool.x.numpy()[audited] if pool.is_image else None,
-                          pool.y.numpy()[audited], pool.class_names, attack=best)
+                          pool.y.numpy()[audited], pool.class_names, attack=best,
+                          texts=[pool.texts[i] for i in audited] if pool.is_text else None)
     write_html_report(run.root, summary)
 
 
@@ -295,6 +296,11 @@ def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig)
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     """Problems knowable from the data alone, before anything is written."""
+    from miaudit.text_audit import check_modality
+
+    check_modality(cfg, pool)  # attacks and settings that fit text / class outputs
+    if pool.is_text:
+        return
     classes = int(pool.y.unique().numel())
     if classes < 2:
         raise DataError(f"data set {cfg.data.name!r} has {classes} class in the pool; "
@@ -643,13 +649,16 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep
 def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
+    from miaudit.text_audit import attack_extras, text_model_stats
+
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned)
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries), population=plan.split.population)
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       **attack_extras(planned.pool))
     targets = list(plan.targets)
     records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
     privacy = privacy_summary(records)
@@ -660,7 +669,9 @@ def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
     column = cfg.queries.index("identity") if "identity" in cfg.queries else 0
-    stats = accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
+    stats = text_model_stats(logits, plan.keep, plan.split.audited, targets) \
+        if planned.pool.is_text else \
+        accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
     stats["train_seconds_mean"] = float(np.mean([r["train_seconds"] for r in records]))
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),

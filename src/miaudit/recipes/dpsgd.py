@@ -55,7 +55,7 @@ from miaudit.registry import RECIPES, parse_spec
 from miaudit.training.engine import FitState, Penalty, Recipe, TrainEnv, TrainParams, fit
 
 #: base recipes whose ``sample_losses`` give sample i a loss that depends on sample i alone.
-PER_SAMPLE_BASES = ("standard", "pgd_at", "trades")
+PER_SAMPLE_BASES = ("standard", "pgd_at", "trades", "lm", "lora")
 #: torchdiffeq's adaptive-step methods (torchdiffeq.odeint's SOLVERS with adaptive steps).
 ADAPTIVE_SOLVERS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun", "tsit5",
                     "scipy_solver")
