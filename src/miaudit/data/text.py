@@ -57,9 +57,13 @@ class TextTokenizer:
 
 
 def byte_tokenizer() -> TextTokenizer:
-    return TextTokenizer(encode=lambda text: list(text.encode("utf-8")),
-                         decode=lambda ids: bytes(ids).decode("utf-8", errors="replace"),
-                         bos=256, vocab_size=BYTE_VOCAB)
+    """UTF-8 bytes; the end-of-text token (between the documents of a chunk) decodes as a
+    newline."""
+    return TextTokenizer(
+        encode=lambda text: list(text.encode("utf-8")),
+        decode=lambda ids: bytes(10 if i == 256 else i for i in ids).decode("utf-8",
+                                                                             errors="replace"),
+        bos=256, vocab_size=BYTE_VOCAB)
 
 
 def bpe_tokenizer(texts: list[str], vocab_size: int) -> TextTokenizer:
