@@ -201,3 +201,51 @@ def test_text_attacks_refused_on_class_data(tmp_path):
     with pytest.raises(ConfigError, match="'zlib' does not apply to class logits"):
         audit({"attacks": ["loss", "zlib"], "num_models": 2, "output_dir": str(tmp_path)},
               show_progress=False)
+
+
+def test_score_accepts_token_logprobs_made_elsewhere(tmp_path):
+    """`miaudit score` on an .npz of per-token log-probs: the text suite, texts for zlib,
+    and the same scores as the attacks on the audit's own layout."""
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    rng = np.random.default_rng(0)
+    models, texts, tokens = 6, 200, 10
+    keep = np.zeros((models, texts), dtype=bool)
+    for i in range(texts):
+        keep[rng.permutation(models)[:3], i] = True
+    log_p = -rng.gamma(2.0, 1.0, (models, texts, tokens)) + 0.8 * keep[..., None]
+    log_p = np.minimum(log_p, -1e-3)
+    log_p[:, :50, 6:] = np.nan  # shorter texts
+    words = [f"text {i} " + " ".join(rng.choice(WORDS, 3)) for i in range(texts)]
+    bundle = tmp_path / "lm.npz"
+    np.savez(bundle, keep=keep, token_logprobs=log_p, texts=np.array(words))
+    out = tmp_path / "scored"
+    result = CliRunner().invoke(app, ["score", str(bundle), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "results.json").read_text())
+    assert {"loss", "zlib", "min_k", "lira"} <= set(summary["attacks"])
+    assert "min_k_pp" not in summary["attacks"]  # no token_mu / token_sigma given
+    assert summary["attacks"]["loss"]["pooled"]["auc"] > 0.7
+    assert summary["target_models"]["accuracy_kind"].startswith("not given")
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, keep=keep, token_logprobs=-log_p)
+    result = CliRunner().invoke(app, ["score", str(bad), "--out", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "natural" in result.output
+    result = CliRunner().invoke(app, ["score", str(bundle), "--attacks", "watson",
+                                      "--out", str(tmp_path / "c")])
+    assert result.exit_code == 2 and "does not apply to text" in result.output
+
+
+def test_checkpoint_content_enters_the_model_identity(tmp_path):
+    from miaudit.config import ModelConfig, TrainConfig
+    from miaudit.models.causal_lm import tiny_gpt2
+    from miaudit.pipeline import code_digests
+
+    tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")
+    model = ModelConfig(name="causal_lm", options={"checkpoint": str(tmp_path / "ckpt")})
+    first = code_digests("text", model, TrainConfig(recipe="lm"))
+    torch.manual_seed(1)
+    tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")  # replaced in place
+    assert code_digests("text", model, TrainConfig(recipe="lm")) != first

@@ -15,6 +15,10 @@ from miaudit.errors import ConfigError
 from miaudit.signals import token_view
 
 TEXT_QUERIES = ["identity"]
+#: the text attacks scored by default on per-token log-probs (``miaudit score``); RMIA on a
+#: text's per-token geometric-mean probability needs gamma near 1 (its ratios stay near 1)
+TEXT_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "ref_model", "lira", "lira:offline=true",
+                "rmia:gamma=1", "attack_r"]
 
 
 def modality(pool: Pool) -> str:
@@ -78,6 +82,15 @@ def _trains_language_models(train: Any) -> bool:
     return bool(getattr(recipe, "language_model", False))
 
 
+def default_text_attacks(outputs: Any, has_population: bool) -> list[str]:
+    """TEXT_ATTACKS less those the outputs lack inputs for (texts: zlib; mu/sigma:
+    min_k_pp; population data: rmia)."""
+    has_mu = np.isfinite(token_view(outputs.logits[0, :, 0])[:, 1]).any()
+    return [a for a in TEXT_ATTACKS if (a != "zlib" or outputs.texts is not None)
+            and (a != "min_k_pp" or has_mu)
+            and (has_population or not build_attack(a).needs_population)]
+
+
 def attack_extras(pool: Pool) -> dict[str, Any]:
     """The AttackInput fields of the pool's kind of outputs."""
     return {"modality": "text", "texts": list(pool.texts)} if pool.is_text else {}
@@ -99,7 +112,9 @@ def text_model_stats(outputs: np.ndarray, keep: np.ndarray, audited: np.ndarray,
         real = np.isfinite(view[:, 0])
         count = np.maximum(real.sum(1), 1)
         loss = -np.where(real, view[:, 0], 0).sum(1) / count
-        correct = np.where(real, view[:, 3], 0).sum(1) / count
+        given = np.isfinite(view[:, 3])  # outputs made elsewhere may lack correctness
+        correct = np.where(given, view[:, 3], 0).sum(1) / np.maximum(given.sum(1), 1)
+        correct[~given.any(1)] = np.nan
         member, non_member = keep[target], ~keep[target] & in_audit
         for split, rows_mask in (("train", member), ("test", non_member)):
             rows[f"{split}_acc"].append(float(correct[rows_mask].mean()))
@@ -115,7 +130,8 @@ def text_model_stats(outputs: np.ndarray, keep: np.ndarray, audited: np.ndarray,
         "test_accuracy_ci": [float(test.mean() - half), float(test.mean() + half)],
         "per_target_train": [float(v) for v in train],
         "per_target_test": [float(v) for v in test],
-        "accuracy_kind": "next-token top-1 accuracy",
+        "accuracy_kind": "next-token top-1 accuracy" if np.isfinite(train).all() else
+        "not given (no token_correct in the outputs)",
         "train_loss": float(np.mean(rows["train_loss"])),
         "test_loss": float(np.mean(rows["test_loss"])),
         "train_perplexity": float(np.exp(np.mean(rows["train_loss"]))),

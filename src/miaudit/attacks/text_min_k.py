@@ -57,6 +57,10 @@ class MinKPlusPlus(Attack):
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
         check_models(data, target, references, "min_k_pp", minimum=0)
         require_text(data, "min_k_pp")
-        tokens = normalized_token_scores(*(token_stat(data, target, name)
-                                           for name in ("log_prob", "mu", "sigma")))
+        log_p, mu, sigma = (token_stat(data, target, name) for name in ("log_prob", "mu",
+                                                                        "sigma"))
+        if not np.isfinite(mu[np.isfinite(log_p)]).all():
+            raise ValueError("min_k_pp needs the mean and standard deviation of log p over "
+                             "each next-token distribution (token_mu, token_sigma)")
+        tokens = normalized_token_scores(log_p, mu, sigma)
         return lowest_fraction_mean(tokens, self.k)

@@ -104,6 +104,19 @@ def pretrained(checkpoint: Path, vocab_size: int, positions: int) -> nn.Module:
     return lm
 
 
+def checkpoint_content(options: dict) -> str | None:
+    """Digest of the checkpoint folder's files (names and bytes): it enters the identity of
+    every model fine-tuned from it, so replacing the checkpoint retrains them."""
+    from miaudit.io import file_digest, text_digest
+
+    checkpoint = options.get("checkpoint")
+    if checkpoint is None:
+        return None
+    folder = Path(checkpoint).expanduser()
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return text_digest({str(p.relative_to(folder)): file_digest(p) for p in files})
+
+
 @MODELS.register("causal_lm")
 def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
               checkpoint: str | None = None, layers: int = 2, dim: int = 128, heads: int = 4,
@@ -122,3 +135,6 @@ def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     return CausalLM(tiny_gpt2(num_classes, positions, layers, dim, heads, dropout), num_classes)
+
+
+causal_lm.content_digest = checkpoint_content  # read by the pipeline's model identities
