@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from miaudit.data import make_pool
-from miaudit.data.text import PAD, load_text
-from miaudit.errors import ConfigError, DataError
-from miaudit.identity import pool_digest
+pytest.importorskip("transformers", reason="the text extra: pip install 'miaudit[text]'")
+pytest.importorskip("peft", reason="the text extra: pip install 'miaudit[text]'")
+
+from miaudit.data import make_pool  # noqa: E402
+from miaudit.data.text import PAD, load_text  # noqa: E402
+from miaudit.errors import ConfigError, DataError  # noqa: E402
+from miaudit.identity import pool_digest  # noqa: E402
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey").split()
@@ -249,3 +252,50 @@ def test_checkpoint_content_enters_the_model_identity(tmp_path):
     torch.manual_seed(1)
     tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")  # replaced in place
     assert code_digests("text", model, TrainConfig(recipe="lm")) != first
+
+
+def stand_in_checkpoint(folder, texts):
+    """A local folder laid out like save_pretrained("gpt2") + its tokenizer, tiny: a BPE
+    tokenizer (HF tokenizers) and a 1-layer GPT-2 with its vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from miaudit.models.causal_lm import tiny_gpt2
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    raw.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<|endoftext|>",
+                                        eos_token="<|endoftext|>")
+    tokenizer.save_pretrained(folder)
+    tiny_gpt2(len(tokenizer), 129, 1, 32, 2, 0.0).save_pretrained(folder)
+
+
+def test_gpt2_lora_config_runs_with_a_local_checkpoint_and_its_tokenizer(tmp_path,
+                                                                         monkeypatch):
+    """examples/text/gpt2_lora.yaml as shipped, with a tiny stand-in for gpt2-local, on the
+    CPU at a toy scale: the HF tokenizer folder, the checkpoint folder and LoRA through the
+    whole audit."""
+    from pathlib import Path
+
+    from miaudit import audit
+    from miaudit.config import load_config
+
+    texts = sentences(60)
+    monkeypatch.chdir(tmp_path)
+    stand_in_checkpoint(tmp_path / "gpt2-local", texts)
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts))
+    example = Path(__file__).resolve().parents[1] / "examples" / "text" / "gpt2_lora.yaml"
+    cfg = load_config(example, {"device": "cpu", "num_models": 4, "data.pool_size": 40,
+                                "train.epochs": 1, "output_dir": str(tmp_path / "runs"),
+                                "threads": 1})
+    results = audit(cfg, show_progress=False)
+    assert set(results.summary["attacks"]) >= {"zlib", "min_k_pp", "ref_model", "lira"}
+    state = next((results.run_dir / "models").glob("*/weights.safetensors"))
+    from safetensors import safe_open
+
+    with safe_open(str(state), framework="pt") as weights:
+        assert any("lora_A" in key for key in weights.keys())

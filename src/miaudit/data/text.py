@@ -46,6 +46,15 @@ PAD = -1  # token id of padding: no vocabulary has it, so a model can tell it ap
 BYTE_VOCAB = 257  # 256 byte values + the begin/end-of-text token
 
 
+def require_text_extra(module: str) -> None:
+    """One clear line when the optional text dependencies are missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"language models need the {module} package: pip install "
+                         "'miaudit[text]' (transformers, peft, tokenizers)")
+
+
 @dataclass(frozen=True)
 class TextTokenizer:
     """What a text data set needs of a tokenizer: ids, text back, the boundary token."""
@@ -68,6 +77,7 @@ def byte_tokenizer() -> TextTokenizer:
 
 def bpe_tokenizer(texts: list[str], vocab_size: int) -> TextTokenizer:
     """A byte-level BPE trained on ``texts`` (HF tokenizers; deterministic for given texts)."""
+    require_text_extra("tokenizers")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -85,6 +95,7 @@ def bpe_tokenizer(texts: list[str], vocab_size: int) -> TextTokenizer:
 
 def hf_tokenizer(path: Path) -> TextTokenizer:
     """A local HF tokenizer: a ``tokenizer.json`` file or a checkpoint folder (offline)."""
+    require_text_extra("transformers")
     if not path.exists():
         raise ValueError(f"tokenizer {path} does not exist; give bytes, bpe:<vocab size>, or a "
                          "local tokenizer folder / tokenizer.json")

@@ -125,6 +125,9 @@ def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
     if len(input_shape) != 1:
         raise ValueError(f"causal_lm takes token-id sequences (data set text), got inputs of "
                          f"shape {input_shape}")
+    from miaudit.data.text import require_text_extra
+
+    require_text_extra("transformers")
     positions = input_shape[0]
     if checkpoint is not None:
         lm = pretrained(Path(checkpoint).expanduser(), num_classes, positions)

@@ -52,6 +52,9 @@ class LoRA(LanguageModel):
         self.target_modules = list(target_modules) if target_modules else None
 
     def architecture(self, model: nn.Module) -> nn.Module:
+        from miaudit.data.text import require_text_extra
+
+        require_text_extra("peft")
         from peft import LoraConfig, get_peft_model
 
         inner = language_model(model)

@@ -11,7 +11,7 @@ attacks over them. Prints one row per setting: next-token accuracy and perplexit
 and non-members, and per attack the pooled AUC (mean +- std over targets) and TPR at 1% FPR
 with its 95% Clopper-Pearson interval. Needs ``apt-get install fortunes`` (or ``--corpus``).
 
-    python examples/text/run.py --out runs/text-example
+    python examples/text/fortunes_audit.py --out runs/text-example
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int = 4) -> Path:
     folder = out / "base-gpt2-public-fortunes"
     if (folder / "config.json").is_file():
         return folder
+    torch.set_num_threads(1)  # as the audits (threads: 1): spinning threads waste a shared CPU
     public = out / "public-fortunes.txt"
     public.parent.mkdir(parents=True, exist_ok=True)
     public.write_text("\n%\n".join((fortunes / name).read_text(errors="replace")
@@ -88,8 +89,10 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int = 4) -> Path:
     params = TrainParams(epochs=epochs, batch_size=32, optimizer="adam", lr=0.003,
                          weight_decay=0.0, schedule="constant")
     x = torch.nn.functional.pad(pool.x, (0, 49 - pool.x.shape[1]), value=-1)[:, :49]
-    model, _ = LanguageModel().train(model, x, pool.y, params, TrainEnv(seed=0))
+    model, log = LanguageModel().train(model, x, pool.y, params, TrainEnv(seed=0))
     model.lm.save_pretrained(folder)
+    print(f"pre-trained the base on {len(x)} public fortunes (final loss "
+          f"{log['loss'][-1]:.3f} nats per byte)", flush=True)
     return folder
 
 
