@@ -42,7 +42,7 @@ def base_config(corpus: Path, out: Path, models: int, pool: int) -> dict[str, An
 
 
 def settings(base_checkpoint: Path | None) -> dict[str, dict[str, Any]]:
-    adam = {"batch_size": 32, "optimizer": "adam", "lr": 0.003, "weight_decay": 0.0,
+    adam = {"batch_size": 8, "optimizer": "adam", "lr": 0.002, "weight_decay": 0.0,
             "schedule": "constant"}
     chosen = {
         "overfit": {"train": {"recipe": "lm", "epochs": 30, **adam}},

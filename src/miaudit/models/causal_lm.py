@@ -90,6 +90,9 @@ def pretrained(checkpoint: Path, vocab_size: int, positions: int) -> nn.Module:
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"checkpoint {checkpoint} is not a transformers model folder (no "
                          "config.json); save one with save_pretrained")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per model build would flood the audit's output
     lm = AutoModelForCausalLM.from_pretrained(str(checkpoint), local_files_only=True)
     model_vocab = lm.get_input_embeddings().num_embeddings
     if model_vocab < vocab_size:
