@@ -244,7 +244,7 @@ def test_score_accepts_token_logprobs_made_elsewhere(tmp_path):
 def test_checkpoint_content_enters_the_model_identity(tmp_path):
     from miaudit.config import ModelConfig, TrainConfig
     from miaudit.models.causal_lm import tiny_gpt2
-    from miaudit.pipeline import code_digests
+    from miaudit.stages.plan import code_digests
 
     tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")
     model = ModelConfig(name="causal_lm", options={"checkpoint": str(tmp_path / "ckpt")})

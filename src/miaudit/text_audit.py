@@ -65,7 +65,7 @@ def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
     if unsupported:
         raise ConfigError(f"{', '.join(unsupported)}: not available for language models "
                           "(they assume class outputs); remove them")
-    from miaudit.pipeline import physical_memory_bytes
+    from miaudit.stages.plan import physical_memory_bytes
 
     positions = pool.x.shape[1] - 1
     models = cfg.num_models + (cfg.protocol == "fixed_target")
