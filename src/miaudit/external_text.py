@@ -34,8 +34,19 @@ OPTIONAL = ("token_mu", "token_sigma", "token_correct")
 
 
 def is_text_bundle(path: Path) -> bool:
-    arrays = _read_arrays(path, path.suffix.lower())
-    return isinstance(arrays, dict) and "token_logprobs" in arrays
+    """Whether the bundle holds token_logprobs (array names only; nothing is loaded)."""
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="numpy") as handle:
+                return "token_logprobs" in handle.keys()
+        if path.suffix.lower() == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                return "token_logprobs" in archive.files
+    except Exception:  # not readable as such: the bundle reader reports it with its message
+        return False
+    return False
 
 
 def read_text_bundle(path: Path, *, balance: str = "warn",

@@ -100,7 +100,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     population samples (never scored) for attacks that need them. Writes a run directory
     that ``miaudit report`` reads like an audit's."""
     from miaudit.report import render_plots
-    from miaudit.text_audit import text_model_stats
+    from miaudit.text_audit import fitting_attacks, text_model_stats
 
     population = np.zeros(0, dtype=np.int64) if population is None else \
         np.unique(np.asarray(population, dtype=np.int64))
@@ -111,9 +111,9 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
-        if outputs.modality not in attack.modalities:
+        if outputs.modality not in getattr(attack, "modalities", ("classes",)):
             raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
-                              "outputs; give --attacks")
+                              f"outputs; {fitting_attacks(outputs.modality)}")
         if attack.min_references > outputs.num_models - 1:
             raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")

@@ -35,12 +35,12 @@ def check_modality(cfg: AuditConfig, pool: Pool) -> None:
             label = attack_label(spec)[0]
             which = "text (causal LM) outputs" if kind == "text" else "class logits"
             raise ConfigError(f"attacks: {label!r} does not apply to {which}; "
-                              f"{_fitting_attacks(kind)}")
+                              f"{fitting_attacks(kind)}")
     if kind == "text":
         check_text_settings(cfg, pool)
 
 
-def _fitting_attacks(kind: str) -> str:
+def fitting_attacks(kind: str) -> str:
     from miaudit.registry import ATTACKS
 
     names = [n for n in ATTACKS.names() if ":" not in n
