@@ -16,7 +16,8 @@ separated by the end-of-text token, cut into samples of exactly ``max_tokens``);
 for models built from a config), ``bpe:<vocab size>`` (a byte-level BPE trained with HF
 ``tokenizers`` on the pool's own texts: identical for every model, so it cannot tell members
 apart), or the path of a local HF tokenizer (a checkpoint folder, or a ``tokenizer.json``),
-which must be the audited model's own.
+which must be the audited model's own. ``max_samples`` keeps the first samples only (file
+order; ``data.pool_size`` draws a seeded random subset instead).
 
 A sample is stored as int64 token ids ``[BOS, t_1, ..., t_T, -1, ...]`` (``-1`` pads to the
 longest sample), so a model scores every one of its T tokens given the prefix; the pool's
