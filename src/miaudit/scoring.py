@@ -111,6 +111,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     population samples (never scored) for attacks that need them. Writes a run directory
     that ``miaudit report`` reads like an audit's."""
     from miaudit.report import render_plots
+    from miaudit.text_audit import fitting_attacks, text_model_stats
 
     population = np.zeros(0, dtype=np.int64) if population is None else \
         np.unique(np.asarray(population, dtype=np.int64))
@@ -121,6 +122,9 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
+        if outputs.modality not in getattr(attack, "modalities", ("classes",)):
+            raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
+                              f"outputs; {fitting_attacks(outputs.modality)}")
         if attack.min_references > outputs.num_models - 1:
             raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")
@@ -148,8 +152,9 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
             "targets": targets, "num_models": outputs.num_models, "pool_size": samples,
             "audited_size": int(len(audited)), "population_size": int(len(population)),
             "holdout_size": 0, "queries": list(outputs.query_names), "scores_dir": scores_dir,
-            "target_models": accuracy_stats(outputs.logits, outputs.labels, outputs.keep,
-                                            audited, targets, 0),
+            "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
+            if outputs.modality == "text" else accuracy_stats(
+                outputs.logits, outputs.labels, outputs.keep, audited, targets, 0),
             "attacks": attacks,
             "config": {"source": "external outputs", "attacks": specs,
                        "models": list(outputs.model_names)},

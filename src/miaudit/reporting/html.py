@@ -56,6 +56,8 @@ table.kv th{width:11em}table.kv td{word-break:break-word}
 .thumb{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:6px;text-align:center;
 font-size:.78em;width:104px}
 .thumb img{width:88px;height:88px;image-rendering:pixelated;display:block;margin:0 auto 4px}
+.thumb:has(pre.text){width:300px;text-align:left}
+pre.text{white-space:pre-wrap;font-size:.95em;margin:0 0 4px;max-height:12em;overflow:auto}
 .note{color:#5a6473;font-size:.85em}tr.best td{background:#fff7e0;font-weight:600}
 .bad{color:#b3261e;font-weight:600}.ok{color:#1e7b34;font-weight:600}
 pre{background:#fff;border:1px solid #dde1e7;padding:8px;overflow:auto;font-size:.8em}
@@ -333,6 +335,8 @@ def exposed_section(view: RunView, exposed: dict[str, Any]) -> str:
         caption = (f"#{int(index)} · {escape(name)}<br>score {exposed['scores'][i]:.3g}<br>"
                    f"flagged {int(exposed['flagged'][i])}/{int(exposed['member_targets'][i])}")
         image = ""
+        if "texts" in exposed:  # a language model's training text, shown as text
+            image = f'<pre class="text">{escape(str(exposed["texts"][i])[:400])}</pre>'
         if has_images:
             uri = png_data_uri(array_png(exposed["thumbnails"][i]))
             image = f'<img alt="sample {int(index)}" src="{uri}">'
