@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit import metrics
+from miaudit import intervals, metrics
 from miaudit.attacks import AttackInput
 from miaudit.attacks.suite import rotation_references, run_attack
 from miaudit.components import Spec, attack_label, build_attack
@@ -20,6 +20,9 @@ from miaudit.io import text_digest, write_array, write_json
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import Results, Summary
 from miaudit.rundir import RunDir, scores_name
+
+#: the metrics the report names the strongest attack by, each with a band over all attacks
+SIMULTANEOUS_KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
 
 
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
@@ -31,19 +34,27 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
     epsilon, delta) adds empirical bounds."""
     members = data.keep[targets][:, audited]
     labels = data.labels[audited]
+    # one set of resamples for every attack: the simultaneous band needs them shared
+    resamples = intervals.Resamples.draw(len(targets), len(audited))
     attacks: dict[str, Any] = {}
+    replicates: dict[str, dict[str, np.ndarray]] = {}
     for index, spec in enumerate(specs):
         label, name, options = attack_label(spec)
         attack = build_attack(spec, f"attacks[{index}]")
         outcomes = run_attack(attack, data, targets, references)
         scores = np.stack([np.asarray(o.scores)[audited] for o in outcomes])
         attacks[label] = attack_summary(name, options, scores, members, labels, privacy)
+        replicates[label] = intervals.replicate_metrics(scores, members, resamples,
+                                                        metrics.DEFAULT_FPR_LEVELS)
+        attacks[label]["pooled"] = intervals.pooled_intervals(
+            attacks[label]["pooled"], replicates[label], resamples.method)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
         if folder is not None:
             write_array(folder / scores_name(label), scores)
         if kept is not None:
             kept[label] = scores
+    intervals.add_simultaneous_bands(attacks, replicates, SIMULTANEOUS_KEYS)
     return attacks
 
 
@@ -166,6 +177,8 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
 def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
                 targets: list[int] | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(population, audited samples, targets), every attack option checked before any work."""
+    from miaudit.text_audit import fitting_attacks
+
     population = np.zeros(0, dtype=np.int64) if population is None else \
         np.unique(np.asarray(population, dtype=np.int64))
     samples = outputs.keep.shape[1]
@@ -175,6 +188,9 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
+        if outputs.modality not in getattr(attack, "modalities", ("classes",)):
+            raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
+                              f"outputs; {fitting_attacks(outputs.modality)}")
         if attack.min_references > outputs.num_models - 1:
             raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")
@@ -188,14 +204,17 @@ def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
                      scores_dir: str, targets: list[int], audited: np.ndarray,
                      population: np.ndarray, attacks: dict[str, Any]) -> dict[str, Any]:
     """The results.json summary of scored outputs (the layout of an audit's)."""
+    from miaudit.text_audit import text_model_stats
+
     return {
         "layout": 2, "name": name, "run_dir": run_dir, "protocol": "rotation",
         "targets": targets, "num_models": outputs.num_models,
         "pool_size": outputs.keep.shape[1], "audited_size": int(len(audited)),
         "population_size": int(len(population)), "holdout_size": 0,
         "queries": list(outputs.query_names), "scores_dir": scores_dir,
-        "target_models": accuracy_stats(outputs.logits, outputs.labels, outputs.keep,
-                                        audited, targets, 0),
+        "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
+        if outputs.modality == "text" else accuracy_stats(
+            outputs.logits, outputs.labels, outputs.keep, audited, targets, 0),
         "attacks": attacks,
         "config": {"source": "external outputs", "attacks": specs,
                    "models": list(outputs.model_names)},

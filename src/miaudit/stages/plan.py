@@ -148,6 +148,11 @@ def read_members(path: Path, pool_size: int) -> np.ndarray:
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     """Problems knowable from the data alone, before anything is written."""
+    from miaudit.text_audit import check_modality
+
+    check_modality(cfg, pool)  # attacks and settings that fit text / class outputs
+    if pool.is_text:
+        return
     classes = int(pool.y.unique().numel())
     if classes < 2:
         raise DataError(f"data set {cfg.data.name!r} has {classes} class in the pool; "

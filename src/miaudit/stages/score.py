@@ -52,13 +52,16 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
                 evaluated: Evaluated) -> dict[str, Any]:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
+    from miaudit.text_audit import attack_extras, text_model_stats
+
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned)
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries), population=plan.split.population)
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       **attack_extras(planned.pool))
     targets = list(plan.targets)
     privacy = trained.privacy
     with run.new_scores() as folder:
@@ -68,7 +71,9 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
     column = cfg.queries.index("identity") if "identity" in cfg.queries else 0
-    stats = accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
+    stats = text_model_stats(logits, plan.keep, plan.split.audited, targets) \
+        if planned.pool.is_text else \
+        accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
     stats["train_seconds_mean"] = trained.train_seconds_mean
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
