@@ -112,7 +112,8 @@ def plan_audit(cfg: AuditConfig) -> Audit:
             data=data, model=ids.section_dump(model_cfg), train=ids.section_dump(train_cfg),
             model_seed=seed, membership=plan.keep[index], holdout=split.holdout,
             device_kind=train_device(cfg, device).type,
-            code=ids.code_digests(cfg.data.name, model_cfg.name, build_recipe(train_cfg)))
+            code=ids.code_digests(cfg.data.name, model_cfg.name, model_cfg.options,
+                                  build_recipe(train_cfg)))
         jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in jobs}.values():
