@@ -134,14 +134,20 @@ class Results:
 
 def _table_row(attack: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"attack": attack["attack"]}
-    for key, value in attack["pooled"].items():
-        if isinstance(value, (list, tuple)) and len(value) == 2:
+    pooled = attack["pooled"]
+    unmeasurable = {key.removesuffix("_measurable") for key, value in pooled.items()
+                    if key.endswith("_measurable") and value is False}
+    for key, value in pooled.items():
+        if key in unmeasurable:  # as Results.metric: no number, not a TPR at zero FPR
+            row[key] = None
+        elif isinstance(value, (list, tuple)) and len(value) == 2:
             row[f"{key}_low"], row[f"{key}_high"] = value
         elif isinstance(value, (int, float, bool)) or value is None:
             row[key] = value
     if len(attack.get("per_target", ())) > 1:
         for view in ("mean", "std"):
-            row.update({f"{key}_{view}": value for key, value in attack[view].items()})
+            row.update({f"{key}_{view}": None if key in unmeasurable else value
+                        for key, value in attack[view].items()})
     return row
 
 
