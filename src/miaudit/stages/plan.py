@@ -112,8 +112,7 @@ def plan_audit(cfg: AuditConfig) -> Audit:
             data=data, model=ids.section_dump(model_cfg), train=ids.section_dump(train_cfg),
             model_seed=seed, membership=plan.keep[index], holdout=split.holdout,
             device_kind=train_device(cfg, device).type,
-            code=ids.code_digests(cfg.data.name, model_cfg.name, model_cfg.options,
-                                  build_recipe(train_cfg)))
+            code=code_digests(cfg.data.name, model_cfg, train_cfg))
         jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in jobs}.values():
@@ -145,6 +144,12 @@ def read_members(path: Path, pool_size: int) -> np.ndarray:
         raise DataError(f"target.members {path}: the target needs members and non-members "
                         "in the pool")
     return mask
+
+
+def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
+    """The user-code and checkpoint digests of one planned model (see
+    :func:`miaudit.identity.code_digests`), its recipe built from ``train_cfg``."""
+    return ids.code_digests(data_name, model_cfg.name, model_cfg.options, build_recipe(train_cfg))
 
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:
