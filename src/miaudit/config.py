@@ -134,11 +134,26 @@ class TrainConfig(_Strict):
     # train up to this many same-architecture models at once as one vectorized ensemble
     # (torch.func; equal to sequential training within float tolerance; see training/ensemble)
     ensemble: int = Field(default=1, ge=1, le=256)
-    amp: bool = False  # CUDA only: channels_last + bfloat16 autocast (no-op on CPU)
+    # bf16: bfloat16 autocast (+ channels_last) on CPU and CUDA, float32 master weights and
+    # optimizer state; queries always run in float32 (see training/precision)
+    precision: Literal["fp32", "bf16"] = "fp32"
 
     #: fields added after layout 2 whose default reproduces the earlier behaviour exactly:
     #: left out of identities at that default, so adding them kept existing models valid
-    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "amp": False}
+    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "precision": "fp32"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_amp(cls, raw: Any) -> Any:
+        """``amp`` (CUDA-only bfloat16 autocast, a no-op elsewhere) became ``precision``:
+        ``amp: false`` (what earlier runs stored) is still read; ``amp: true`` is refused,
+        since its meaning on CPU changed from float32 to bfloat16."""
+        if isinstance(raw, dict) and "amp" in raw:
+            raw = dict(raw)
+            if raw.pop("amp") is not False:
+                raise ValueError("amp was replaced by precision: write 'precision: bf16' "
+                                 "(bfloat16 autocast on CPU and CUDA) instead of 'amp: true'")
+        return raw
 
     def identity_dump(self) -> dict[str, Any]:
         """The JSON dump that identifies models trained with this config."""
@@ -157,7 +172,14 @@ class TrainConfig(_Strict):
     @model_validator(mode="after")
     def _components(self) -> TrainConfig:
         check_size(self.recipe_options, "train.recipe_options")
-        build_recipe(self)  # option names and values, before any training
+        recipe = build_recipe(self)  # option names and values, before any training
+        if self.precision != "fp32":
+            if recipe.fp32_only is not None:
+                raise ValueError(f"precision {self.precision} is not supported by recipe "
+                                 f"{self.recipe!r}: {recipe.fp32_only}; use precision fp32")
+            if self.ensemble > 1:
+                raise ValueError(f"precision {self.precision} needs ensemble 1 (vectorized "
+                                 "ensembles train in float32)")
         return self
 
     def params(self) -> TrainParams:
@@ -166,7 +188,7 @@ class TrainConfig(_Strict):
         return TrainParams(**{name: getattr(self, name) for name in names})
 
 
-_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "amp"}
+_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "precision"}
 if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(TrainParams)}:
     raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
 

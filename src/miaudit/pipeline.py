@@ -467,7 +467,7 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
         x_val, y_val = pool.x[held_out], pool.y[held_out]
     started = time.perf_counter()
     env = TrainEnv(device=device, seed=job.seed, progress=progress,
-                   cuda_speedups=job.train.amp)
+                   precision=job.train.precision)
     try:
         model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
                                   env, x_val, y_val)

@@ -8,7 +8,6 @@ SNN conversion, replace-then-finetune) override :meth:`Recipe.prepare` or :meth:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from miaudit.training.augment import augment
+from miaudit.training.precision import (
+    autocast_context,
+    default_layout,
+    input_layout,
+    training_layout,
+)
 
 Batches = Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
@@ -50,8 +55,9 @@ class TrainEnv:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     seed: int = 0
     progress: Callable[[int, int, dict[str, float]], None] | None = None  # (epoch, epochs, stats)
-    #: CUDA only: channels_last + bfloat16 autocast (training.speedups); no effect elsewhere
-    cuda_speedups: bool = False
+    #: "fp32" or "bf16" (bfloat16 autocast + channels_last, float32 master weights; see
+    #: training.precision)
+    precision: str = "fp32"
 
 
 @dataclass
@@ -98,6 +104,8 @@ class Recipe:
     """Empirical risk minimization with cross-entropy: the ``standard`` recipe and the base of
     every other one."""
 
+    #: why this recipe trains in float32 only (None: it supports every train.precision)
+    fp32_only: str | None = None
     #: recipes that need held-out data (early stopping, MMD) set this; the pipeline then passes
     #: ``x_val``/``y_val`` drawn from samples the model does not train on.
     needs_validation: bool = False
@@ -181,12 +189,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     log (loss, accuracy, seconds, and whatever the recipe records)."""
     generator = torch.Generator().manual_seed(env.seed)
     torch.manual_seed(env.seed)  # model-internal randomness (dropout, SDE noise)
-    model = model.to(env.device)
-    autocast: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if env.cuda_speedups:
-        from miaudit.training.speedups import cuda_speedups
-
-        model, autocast = cuda_speedups(model, env.device)
+    autocast = autocast_context(env.precision, env.device)
+    model, channels_last = training_layout(model.to(env.device), env.precision)
     state = FitState(
         model=model, optimizer=make_optimizer(model, params), params=params, env=env, x=x, y=y,
         x_val=x_val, y_val=y_val, generator=generator,
@@ -213,6 +217,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
                 continue
             xb = augment(xb, params.crop_padding, params.flip, generator)
             xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
+            xb = input_layout(xb, channels_last)
             state.optimizer.zero_grad(set_to_none=True)
             with autocast:
                 loss = recipe.objective(state.model, xb, yb)
@@ -231,6 +236,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             env.progress(epoch + 1, params.epochs, {"loss": state.log["loss"][-1]})
         if state.stop:
             break
+    state.model = default_layout(state.model, channels_last)
     state.model.eval()
     return state.model, state.log
 
