@@ -4,7 +4,8 @@
   protocol, and the target's and references' architecture and training. Not the number of
   models, queries, attacks or evaluation settings: those grow or change inside one run.
 * a **model** (train stage): the data content, the architecture, the recipe and its
-  hyper-parameters, the model's seed, its membership row and the device kind.
+  hyper-parameters, the model's seed, its membership row and the device kind; for a derived
+  model (ANN -> SNN conversion, replace-then-finetune) also its parent's model identity.
 * a **query output**: the model and the query spec.
 * an **evaluation**: the model and the evaluation settings.
 """
@@ -56,13 +57,16 @@ def run_identity(*, data: dict[str, Any], seed: int, protocol: str, model: dict[
 
 def model_identity(*, data: dict[str, Any], model: dict[str, Any], train: dict[str, Any],
                    model_seed: int, membership: np.ndarray, holdout: np.ndarray,
-                   device_kind: str, code: list[str] = ()) -> str:
+                   device_kind: str, code: list[str] = (), parent: str | None = None) -> str:
+    """``parent``: the identity of the trained model a derived recipe starts from (left out
+    when None, so models without one keep their identities)."""
     return text_digest({
         "version": IDENTITY_VERSION, "data": data, "model": model, "train": train,
         "code": list(code),
         "model_seed": model_seed, "device": device_kind,
         "membership": hashlib.sha256(np.packbits(membership).tobytes()).hexdigest(),
         "holdout": hashlib.sha256(np.asarray(holdout, dtype=np.int64).tobytes()).hexdigest(),
+        **({} if parent is None else {"parent": parent}),
     })[:32]
 
 

@@ -19,6 +19,7 @@ what is missing, stale (another identity) or damaged (digest mismatch).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import zlib
@@ -51,6 +52,7 @@ from miaudit.errors import ConfigError, DataError, MiauditError
 from miaudit.executors import Job, JobFailedError, make_executor, resolve
 from miaudit.io import file_digest, read_json, write_json
 from miaudit.models import build_model
+from miaudit.parents import obtain_parents, parent_configs
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.queries import query_outputs
 from miaudit.registry import DATASETS
@@ -72,6 +74,7 @@ class ModelJob:
     seed: int
     identity: str
     pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
+    parent: ModelJob | None = None  # the model a derived recipe starts from (miaudit.parents)
 
 
 @dataclass
@@ -243,16 +246,29 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     for index in range(len(jobs), len(plan.keep)):
         model_cfg, train_cfg = model_configs(cfg, plan, index)
         seed = model_seed(cfg.seed, index)
-        identity = ids.model_identity(
-            data=data, model=_dump(model_cfg), train=_dump(train_cfg), model_seed=seed,
-            membership=plan.keep[index], holdout=split.holdout,
-            device_kind=train_device(cfg, device).type,
-            code=code_digests(cfg.data.name, model_cfg, train_cfg))
-        jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
+        identity = functools.partial(
+            job_identity, cfg=cfg, data=data, seed=seed, membership=plan.keep[index],
+            holdout=split.holdout, device_kind=train_device(cfg, device).type)
+        parent_cfgs = parent_configs(model_cfg, train_cfg)
+        parent = None if parent_cfgs is None else ModelJob(index, *parent_cfgs, seed,
+                                                           identity(*parent_cfgs))
+        jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity(
+            model_cfg, train_cfg, parent=parent and parent.identity), parent=parent))
+    every = jobs + [job.parent for job in jobs if job.parent is not None]
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
-            j.model, j.train) for j in jobs}.values():
+            j.model, j.train) for j in every}.values():
         build_architecture(model_cfg, train_cfg, pool)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def job_identity(model_cfg: ModelConfig, train_cfg: TrainConfig, *, cfg: AuditConfig,
+                 data: dict[str, Any], seed: int, membership: np.ndarray, holdout: np.ndarray,
+                 device_kind: str, parent: str | None = None) -> str:
+    """The model identity of one job (its parent's identity included for derived models)."""
+    return ids.model_identity(
+        data=data, model=_dump(model_cfg), train=_dump(train_cfg), model_seed=seed,
+        membership=membership, holdout=holdout, device_kind=device_kind,
+        code=code_digests(cfg.data.name, model_cfg, train_cfg), parent=parent)
 
 
 def read_members(path: Path, pool_size: int) -> np.ndarray:
@@ -405,12 +421,27 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
 
         shared = (pool.put(planned.pool), pool.put(planned.plan))
         device = str(train_device(planned.cfg, planned.device))
-        jobs = [Job(job.index, (job, *shared, device, on_epoch if local else None))
-                for job in todo]
-        if local and planned.cfg.train.ensemble > 1:
-            train_ensembles(jobs, planned, on_start, on_done)
-            jobs = []
+        callback = on_epoch if local else None
+
+        def train_parents(parents: list[ModelJob], save: Any) -> None:
+            def on_parent(job: Job, result: Any, seconds: float) -> None:
+                save(job.payload[0], *result)
+                bar.remove_task(tasks.pop(job.index))
+
+            pool.run([Job(p.index, (p, *shared, device, callback, None)) for p in parents],
+                     run_model_job, on_parent, on_start)
+
         try:
+            parents, trained = obtain_parents(run, cache, todo, train_parents)
+            if parents:
+                console.print(f"derived models start from {len(parents)} parent model(s), "
+                              f"{trained} of them trained now, the rest reused")
+            jobs = [Job(job.index, (job, *shared, device, callback,
+                                    parents.get(job.parent.identity) if job.parent else None))
+                    for job in todo]
+            if local and planned.cfg.train.ensemble > 1:
+                train_ensembles(jobs, planned, on_start, on_done)
+                jobs = []
             pool.run(jobs, run_model_job, on_done, on_start)
         except JobFailedError as error:
             if isinstance(error.cause, MiauditError):
@@ -440,11 +471,11 @@ def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any
 def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """One train job (module level, so Ray workers can import it): the model's state dict
     and meta, returned to the driver, which writes them."""
-    model_job, pool_ref, plan_ref, device, on_epoch = job.payload
+    model_job, pool_ref, plan_ref, device, on_epoch, parent_state = job.payload
     progress = None if on_epoch is None else (
         lambda epoch, total, stats: on_epoch(model_job.index, epoch, total, stats))
     return train_model(model_job, resolve(pool_ref), resolve(plan_ref), torch.device(device),
-                       progress)
+                       progress, parent_state)
 
 
 def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
@@ -453,13 +484,19 @@ def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
 
 
 def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
-                progress: Any = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
+                progress: Any = None, parent_state: dict[str, torch.Tensor] | None = None
+                ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta). With
+    ``parent_state`` (the weights of ``job.parent``), a derived recipe continues from them."""
     if job.pretrained is not None:
         return load_pretrained(job, pool)
     recipe = build_recipe(job.train)
     torch.manual_seed(job.seed)
     model = build_registry_model(job.model, pool)
+    train = recipe.train
+    if parent_state is not None:
+        model.load_state_dict(parent_state, strict=True)
+        train = recipe.train_from_parent
     member = torch.from_numpy(plan.keep[job.index])
     x_val = y_val = None
     if recipe.needs_validation:
@@ -469,14 +506,15 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
     env = TrainEnv(device=device, seed=job.seed, progress=progress,
                    precision=job.train.precision)
     try:
-        model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
-                                  env, x_val, y_val)
+        model, log = train(model, pool.x[member], pool.y[member], job.train.params(), env,
+                           x_val, y_val)
     except FloatingPointError as error:
         raise MiauditError(f"model {job.index} diverged: {error}; lower train.lr "
                            f"(now {job.train.lr})") from None
     meta = {"index": job.index, "seed": job.seed, "model": _dump(job.model),
             "recipe": job.train.recipe, "train_seconds": round(time.perf_counter() - started, 3),
-            "log": _jsonable(log)}
+            "log": _jsonable(log),
+            **({"parent": job.parent.identity} if parent_state is not None else {})}
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
 
 

@@ -161,11 +161,11 @@ class RunDir:
     def save_model(self, index: int, identity: str, state: dict[str, Any],
                    meta: dict[str, Any]) -> dict[str, Any]:
         """Weights, then the record (identity + digest + meta) that marks the model complete."""
-        folder = self.model_dir(index)
-        write_tensors(folder / WEIGHTS, _unshare(state))
-        record = {"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta}
-        write_json(folder / MODEL_RECORD, record)
-        return record
+        return save_model_folder(self.model_dir(index), identity, state, meta)
+
+    # -- parents of derived models (miaudit.parents) ----------------------------------------------
+    def parent_dir(self, identity: str) -> Path:
+        return self.root / "parents" / identity
 
     def load_weights(self, index: int) -> dict[str, Any]:
         return read_tensors(self.model_dir(index) / WEIGHTS)
@@ -211,6 +211,15 @@ class RunDir:
         for folder in self.root.glob("scores-*"):
             if folder.name != current and folder.is_dir():
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_model_folder(folder: Path, identity: str, state: dict[str, Any],
+                      meta: dict[str, Any]) -> dict[str, Any]:
+    """A model folder: weights, then the record that marks it complete."""
+    write_tensors(folder / WEIGHTS, _unshare(state))
+    record = {"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta}
+    write_json(folder / MODEL_RECORD, record)
+    return record
 
 
 def verified_record(folder: Path, record_name: str, identity: str,

@@ -60,6 +60,24 @@ class TrainEnv:
     precision: str = "fp32"
 
 
+@dataclass(frozen=True)
+class ParentSpec:
+    """The trained model a derived recipe starts from, told as an ordinary model of the audit:
+    a registry model (name, options; the derived model's width) trained with a registry recipe
+    (its options; the derived model's optimization settings, with ``epochs`` when given and the
+    derived recipe's penalties when ``penalties``). The pipeline trains that model once per
+    (data, membership row, seed, settings), caches it under its own identity (so an audit that
+    trained the same model, e.g. the headline family's ResNet-14, supplies it) and calls
+    :meth:`Recipe.train_from_parent`."""
+
+    model: str
+    model_options: dict[str, Any] = field(default_factory=dict)
+    recipe: str = "standard"
+    recipe_options: dict[str, Any] = field(default_factory=dict)
+    epochs: int | None = None
+    penalties: bool = False
+
+
 @dataclass
 class FitState:
     """Everything a recipe hook may inspect or replace during :func:`fit`."""
@@ -122,6 +140,20 @@ class Recipe:
               env: TrainEnv, x_val: torch.Tensor | None = None,
               y_val: torch.Tensor | None = None) -> tuple[nn.Module, dict[str, list[Any]]]:
         return fit(model, x, y, params, self, env, x_val, y_val)
+
+    def parent(self, model: str, model_options: dict[str, Any]) -> ParentSpec | None:
+        """The parent this recipe's :meth:`train` trains first, when another recipe can train it
+        on its own (registry ``model`` with ``model_options`` is the model being audited);
+        None (the default): :meth:`train` does everything."""
+        return None
+
+    def train_from_parent(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                          params: TrainParams, env: TrainEnv, x_val: torch.Tensor | None = None,
+                          y_val: torch.Tensor | None = None
+                          ) -> tuple[nn.Module, dict[str, list[Any]]]:
+        """What :meth:`train` does after training the parent; ``model`` is the registry model
+        holding the parent's trained weights. Bit-identical to :meth:`train` (tested)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no parent")
 
     def prepare(self, state: FitState) -> None:
         """Called once before the first epoch; may replace model, optimizer or batches."""
