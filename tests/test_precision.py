@@ -97,3 +97,19 @@ def test_retired_amp_option():
 def test_bf16_is_refused_where_it_is_not_supported(train, match):
     with pytest.raises(ConfigError, match=match):
         validate_config({"train": {**train, "precision": "bf16"}})
+
+
+def test_sde_noise_is_the_float32_draw_in_the_inputs_dtype_and_layout():
+    from miaudit.models.sde import noise_schedule, sde_block
+
+    block = sde_block(4, noise_schedule(k=0.5, T=1.0, steps=4), norm="none")
+    like = torch.zeros(3, 4, 5, 5)
+    torch.manual_seed(7)
+    reference = block.schedule.per_step_std * torch.randn_like(like)
+    torch.manual_seed(7)
+    assert torch.equal(block.increment(like), reference)  # fp32: the draw it always was
+    torch.manual_seed(7)
+    mixed = block.increment(like.bfloat16().contiguous(memory_format=torch.channels_last))
+    assert mixed.dtype == torch.bfloat16
+    assert mixed.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(mixed, reference.bfloat16())
