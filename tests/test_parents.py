@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import miaudit.pipeline as pipeline
+from miaudit import modeljob
 from miaudit.config import validate_config
-from miaudit.pipeline import audit, plan_audit, train_model
+from miaudit.modeljob import train_model
+from miaudit.pipeline import audit, plan_audit
 
 SNN = {
     "data": {"name": "digits", "pool_size": 160}, "num_models": 4, "seed": 3,
@@ -52,13 +53,13 @@ def test_training_from_the_stored_parent_is_bit_identical_to_training_in_one_go(
 
 def test_conversions_at_three_latencies_train_each_ann_once(tmp_path, monkeypatch):
     trained: list[str] = []
-    real = pipeline.train_model
+    real = modeljob.train_model
 
     def counting(job, *args, **kwargs):
         trained.append(job.model.name)
         return real(job, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "train_model", counting)
+    monkeypatch.setattr(modeljob, "train_model", counting)
     for T in (1, 2, 4):
         audit(_with(SNN, T=T, output_dir=str(tmp_path)), show_progress=False)
     # a 4-model family: 4 ANNs (not 12), each converted and calibrated at T = 1, 2, 4
