@@ -150,10 +150,12 @@ def test_lira_online_hand():
 
 def test_lira_offline_hand():
     data = from_phi(LIRA_PHI, LIRA_KEEP)
-    # one-sided: log Phi((2 - 0) / sqrt(2/3)), Phi(x) = erfc(-x / sqrt 2) / 2
-    expected = math.log(0.5 * math.erfc(-(2 / math.sqrt(2 / 3)) / math.sqrt(2)))
+    # one-sided (Sec. IV-C): z = (2 - 0) / sqrt(2/3); the test's Lambda = Phi(z),
+    # Phi(x) = erfc(-x / sqrt 2) / 2, is the score's CDF
+    z = 2 / math.sqrt(2 / 3)
     score = ATTACKS.build("lira", offline=True).score(data, 0, [1, 2, 3, 4, 5])[0]
-    assert score == pytest.approx(expected)
+    assert score == pytest.approx(z)
+    assert norm.cdf(score) == pytest.approx(0.5 * math.erfc(-z / math.sqrt(2)))
 
 
 def test_lira_offline_is_the_one_sided_gaussian_test():
@@ -171,9 +173,25 @@ def test_lira_offline_is_the_one_sided_gaussian_test():
     score = ATTACKS.build("lira", offline=True, center="mean").score(
         data, 0, np.arange(1, refs + 1))
     out = phi[1:]
-    np.testing.assert_allclose(score, norm.logcdf((phi[0] - out.mean(0)) / out.std(0)),
-                               rtol=1e-10)
-    np.testing.assert_allclose(np.exp(score), norm.cdf((phi[0] - mu) / sigma), atol=0.05)
+    np.testing.assert_allclose(score, (phi[0] - out.mean(0)) / out.std(0), rtol=1e-10)
+    np.testing.assert_allclose(norm.cdf(score), norm.cdf((phi[0] - mu) / sigma), atol=0.05)
+
+
+def test_lira_offline_combines_queries_by_stouffer_and_never_saturates():
+    """Extreme z (a confident target far above its OUT references): log Phi(z) is exactly
+    0.0 beyond z ~ 38 and tied these samples; the score keeps their order. With two queries
+    the per-query z combine as (z1 + z2) / sqrt 2 (Stouffer; Whitlock 2005, eq. 1)."""
+    refs = np.array([-1.0, 0.0, 1.0])  # OUT values of every sample: mean 0, std sqrt(2/3)
+    std = math.sqrt(2 / 3)
+    z = np.array([[40.0, 41.0], [50.0, 60.0], [100.0, 100.0], [-3.0, 1.0]])
+    phi = np.concatenate([(z * std)[None], np.broadcast_to(refs[:, None, None], (3, 4, 2))])
+    keep = np.zeros(phi.shape[:2], dtype=bool)
+    keep[0] = True
+    score = ATTACKS.build("lira", offline=True, center="mean").score(
+        from_phi(phi, keep), 0, [1, 2, 3])
+    np.testing.assert_allclose(score, z.sum(axis=1) / math.sqrt(2), rtol=1e-9)
+    assert norm.logcdf(z[:3]).max() == 0.0  # the old score: three samples tied at 0.0
+    assert score[2] > score[1] > score[0] > score[3]
 
 
 def test_watson_hand():
@@ -517,8 +535,8 @@ def test_lira_vs_loop(small, options):
             in_mu, in_sd = fits[True, i, q]
             if options.get("fixed_variance"):
                 out_sd = in_sd = pooled
-            if offline:
-                expected[i] += norm.logcdf(phi[0, i, q], out_mu, out_sd) / 3
+            if offline:  # Stouffer: sum of the per-query z over sqrt(queries)
+                expected[i] += (phi[0, i, q] - out_mu) / out_sd / np.sqrt(3)
             else:
                 expected[i] += (norm.logpdf(phi[0, i, q], in_mu, in_sd)
                                 - norm.logpdf(phi[0, i, q], out_mu, out_sd)) / 3

@@ -312,6 +312,9 @@ BAD_INPUTS = {
     "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
     "YAML alias bomb": (_alias_bomb, "alias"),
     "YAML alias bomb in --set": (_set_alias_bomb, "--set model.options: more than"),
+    "attack labels sharing a scores file": (lambda t: [
+        "--set", 'attacks=[{name: lira, label: "x y"}, {name: loss, label: "x_y"}]'],
+        "both save their scores as x_y.npy"),
 }
 
 

@@ -37,6 +37,7 @@ from miaudit.registry import (
     check_size,
     parse_spec,
 )
+from miaudit.rundir import check_scores_names
 from miaudit.training.engine import TrainParams
 
 Spec = str | dict[str, Any]
@@ -338,6 +339,7 @@ class AuditConfig(_Strict):
         labels = [attack_label(spec)[0] for spec in self.attacks]
         if len(set(labels)) != len(labels):
             raise ValueError(f"attack labels must be distinct, got {labels}")
+        check_scores_names(labels)
         references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
         for index, spec in enumerate(self.attacks):
             attack = build_attack(spec, f"attacks[{index}]")

@@ -52,7 +52,7 @@ from miaudit.executors import Job, JobFailedError, make_executor, resolve
 from miaudit.io import file_digest, read_json, write_json
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, make_split, model_seed
-from miaudit.queries import query_outputs
+from miaudit.queries import CLEAN_QUERY, clean_column, query_outputs, stored_queries
 from miaudit.registry import DATASETS
 from miaudit.results import Results
 from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, scores_name
@@ -534,7 +534,7 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
     """Outputs of every (model, query spec) that has no valid record; returns the seconds."""
     cache = planned.cache
     started = time.perf_counter()
-    missing = {job.index: [s for s in planned.cfg.queries
+    missing = {job.index: [s for s in stored_queries(planned.cfg.queries)
                            if run.output_record(job.index, query_key(job, s)) is None]
                for job in planned.jobs}
     if cache is not None:
@@ -584,12 +584,12 @@ def evaluate_stage(run: RunDir, planned: Audit) -> None:
     settings = robust.model_dump()
     for target in planned.plan.targets:
         job = planned.jobs[target]
-        path = run.eval_path(target, ids.eval_identity(job.identity, settings))
-        if path.exists():
+        key = ids.eval_identity(job.identity, settings)
+        if run.eval_record(target, key) is not None:
             continue
         model = load_trained(run, job, planned.pool, planned.device)
-        write_json(path, {"model": job.identity, "settings": settings,
-                          "robust": robust_accuracies(model, planned, target, robust)})
+        run.save_eval(target, key, {"model": job.identity, "settings": settings,
+                                    "robust": robust_accuracies(model, planned, target, robust)})
 
 
 def robust_accuracies(model: torch.nn.Module, planned: Audit, target: int,
@@ -626,6 +626,23 @@ def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
     return logits
 
 
+def clean_outputs(run: RunDir, planned: Audit,
+                  logits: np.ndarray) -> tuple[np.ndarray, int, str]:
+    """Outputs on clean inputs, their query column and name, for accuracy: the configured clean
+    query when there is one, else the extra identity query the query stage stored (with the
+    output defense applied like every released output)."""
+    cfg = planned.cfg
+    column = clean_column(cfg.queries)
+    if column is not None:
+        return logits, column, cfg.queries[column]
+    clean = np.stack([run.load_outputs(job.index, query_key(job, CLEAN_QUERY)).numpy()
+                      for job in planned.jobs])[:, :, None]
+    if cfg.output_defense is not None:
+        apply_output_defense(clean, cfg.output_defense, planned.pool.y.numpy(),
+                             planned.plan.keep, planned.plan.split.holdout)
+    return clean, 0, CLEAN_QUERY
+
+
 def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep: np.ndarray,
                          holdout: np.ndarray) -> None:
     """Replace every model's released outputs by the defended ones (in place). Each model's
@@ -659,8 +676,9 @@ def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
-    column = cfg.queries.index("identity") if "identity" in cfg.queries else 0
-    stats = accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
+    clean, column, query = clean_outputs(run, planned, logits)
+    stats = accuracy_stats(clean, labels, plan.keep, plan.split.audited, targets, column)
+    stats["accuracy_query"] = query
     stats["train_seconds_mean"] = float(np.mean([r["train_seconds"] for r in records]))
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
@@ -731,9 +749,8 @@ def robust_summary(run: RunDir, planned: Audit,
     if robust is None:
         return {}
     settings = robust.model_dump()
-    tables = [read_json(run.eval_path(t, ids.eval_identity(planned.jobs[t].identity,
-                                                           settings)))["robust"]
-              for t in targets]
+    tables = [run.eval_record(t, ids.eval_identity(planned.jobs[t].identity,
+                                                   settings))["robust"] for t in targets]
     summary: dict[str, float | list[float]] = {}
     for split in ("train", "test"):
         for kind in ("natural_acc", "robust_acc"):

@@ -55,7 +55,8 @@ def model_line(summary: dict[str, Any]) -> str:
     stats = summary["target_models"]
     return (f"target models: train acc {_percent(stats['train_accuracy'])}%, "
             f"test acc {_percent(stats['test_accuracy'])}%, "
-            f"generalization gap {_percent(stats['generalization_gap'])} points")
+            f"generalization gap {_percent(stats['generalization_gap'])} points"
+            + (f" ({escape(stats['accuracy_note'])})" if stats.get("accuracy_note") else ""))
 
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:

@@ -47,6 +47,7 @@ from miaudit.io import (
     read_json,
     read_tensors,
     sweep_temporaries,
+    text_digest,
     write_array,
     write_bytes,
     write_json,
@@ -192,6 +193,27 @@ class RunDir:
     def eval_path(self, index: int, key: str) -> Path:
         return self.model_dir(index) / "eval" / f"{key}.json"
 
+    def save_eval(self, index: int, key: str, record: dict[str, Any]) -> None:
+        """An evaluation record with the digest of its own content (it has no data file)."""
+        write_json(self.eval_path(index, key), {**record, "sha256": text_digest(record)})
+
+    def eval_record(self, index: int, key: str) -> dict[str, Any] | None:
+        """The evaluation record when present and intact; None when it must be (re)computed.
+        A damaged, truncated or edited record is reported by name."""
+        path = self.eval_path(index, key)
+        if not path.exists():
+            return None
+        try:
+            record = read_json(path)
+        except RunDirError as error:
+            _warn(f"{error}; recomputing it")
+            return None
+        content = {name: value for name, value in record.items() if name != "sha256"}
+        if record.get("sha256") != text_digest(content):
+            _warn(f"{path} is damaged (its content does not match its digest); recomputing it")
+            return None
+        return content
+
     # -- score stage ---------------------------------------------------------------------------
     @contextmanager
     def new_scores(self) -> Iterator[Path]:
@@ -259,6 +281,20 @@ def scores_name(attack_label: str) -> str:
     """File name of an attack's per-sample scores; the label made file-safe."""
     name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", attack_label).strip("_") or "attack"
     return f"{name}.npy"
+
+
+def check_scores_names(labels: list[str]) -> None:
+    """Raise ValueError when two attack labels would share one scores file (``scores_name``
+    folds characters, and case on case-insensitive file systems): the second file would
+    replace the first, and the report would read one attack's scores for the other."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        file = scores_name(label).lower()
+        if file in seen:
+            raise ValueError(f"attack labels {seen[file]!r} and {label!r} both save their scores "
+                             f"as {scores_name(label)}; give one a label that differs in a "
+                             "letter or digit")
+        seen[file] = label
 
 
 # -- models shared between run directories ---------------------------------------------------

@@ -18,7 +18,7 @@ from miaudit.identity import array_digest
 from miaudit.io import text_digest, write_array, write_json
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import Results, Summary
-from miaudit.rundir import RunDir, scores_name
+from miaudit.rundir import RunDir, check_scores_names, scores_name
 
 
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
@@ -83,6 +83,21 @@ def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
     }
 
 
+def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> dict[str, Any]:
+    """Accuracy of outputs made elsewhere, from their clean query (named ``identity``, or a
+    shift by 0 without flip); without one, from the first query, and the summary says so."""
+    from miaudit.queries import clean_column
+
+    column = clean_column(list(outputs.query_names))
+    stats = accuracy_stats(outputs.logits, outputs.labels, outputs.keep, audited, targets,
+                           0 if column is None else column)
+    stats["accuracy_query"] = outputs.query_names[0 if column is None else column]
+    if column is None:
+        stats["accuracy_note"] = (f"accuracy on query {outputs.query_names[0]!r}, which may "
+                                  "be an augmentation: no query is named identity")
+    return stats
+
+
 def publish(run: RunDir, summary: dict[str, Any]) -> Results:
     """Validate the summary against the results schema, write results.json (naming its scores
     generation), then drop older generations."""
@@ -108,6 +123,13 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
         raise ConfigError(f"population indices must lie in 0..{samples - 1}")
     audited = np.setdiff1d(np.arange(samples), population)
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
+    labels = [attack_label(spec)[0] for spec in specs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"attack labels must be distinct, got {labels}")
+    try:
+        check_scores_names(labels)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
         if attack.min_references > outputs.num_models - 1:
@@ -137,8 +159,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
             "targets": targets, "num_models": outputs.num_models, "pool_size": samples,
             "audited_size": int(len(audited)), "population_size": int(len(population)),
             "holdout_size": 0, "queries": list(outputs.query_names), "scores_dir": scores_dir,
-            "target_models": accuracy_stats(outputs.logits, outputs.labels, outputs.keep,
-                                            audited, targets, 0),
+            "target_models": external_accuracy(outputs, audited, targets),
             "attacks": attacks,
             "config": {"source": "external outputs", "attacks": specs,
                        "models": list(outputs.model_names)},
