@@ -83,6 +83,7 @@ SPECS = [
     ("attack_r", {"variant": "paper_c"}), "rmia", ("rmia", {"offline": True}),
     ("rmia", {"reduce": "mean", "gamma": 1.0}), ("rmia", {"population": "target_nonmembers"}),
     "rmia_simple", ("rmia_simple", {"references": "plain"}),
+    ("rmia_simple", {"combine": "log_ratio"}),
     ("rmia_simple", {"references": "out"}), "shokri", ("shokri", {"classifier": "logistic"}),
     ("dropout_search", {"attack": "rmia_simple", "grid": ["identity", "flip"]}),
 ]
@@ -206,17 +207,18 @@ def test_watson_hand():
 def test_attack_p_hand():
     keep = [[True, True, False, False, False], [False] * 5]
     probs = np.array([[0.9, 0.8, 0.3, 0.6, 0.5], [0.5] * 5])
-    data = from_probs(probs, keep, population=[3, 4])
+    data = from_probs(probs, keep, population=[4])
     # paper C: the confidence itself, on the logit scale
     np.testing.assert_allclose(build("attack_p").score(data, 0, []),
                                np.log(probs[0] / (1 - probs[0])))
-    # Ye et al., population = the target's non-members, confidences {0.3, 0.6, 0.5}
+    # Ye et al., population = the target's non-members among the evaluated samples 0..3
+    # (never the population sample 4): confidences {0.3, 0.6}
     research = ATTACKS.build("attack_p", variant="ye", population="target_nonmembers")
-    np.testing.assert_allclose(research.score(data, 0, []), [1, 1, 1 / 3, 1, 2 / 3])
-    # Ye et al., disjoint population = samples 3 and 4, confidences {0.6, 0.5}
+    np.testing.assert_allclose(research.score(data, 0, []), [1, 1, 1 / 2, 1, 1 / 2])
+    # Ye et al., disjoint population = sample 4, confidence {0.5}
     disjoint = ATTACKS.build("attack_p", variant="ye").evaluate(data, 0, [])
-    np.testing.assert_allclose(disjoint.scores, [1, 1, 0, 1, 0.5])
-    assert disjoint.info == {"population_size": 2}
+    np.testing.assert_allclose(disjoint.scores, [1, 1, 0, 1, 1])
+    assert disjoint.info == {"population_size": 1}
 
 
 def test_attack_p_averages_the_probability_over_queries():
@@ -380,6 +382,22 @@ def test_rmia_simple_hand():
     for references, ratio in expected.items():
         score = ATTACKS.build("rmia_simple", references=references).score(data, 0, [1, 2, 3])
         assert score[0] == pytest.approx(math.log(ratio)), references
+
+
+def test_rmia_simple_combines_queries_as_attack_p_and_r_do():
+    """Two queries: Pr(x|theta) is the query-averaged probability for the target and every
+    reference (paper C Eq. 8, as Attack-P/R), not the mean of per-query log ratios."""
+    # target (.9, .5); references: IN (.6, .2), OUT (.4, .4)
+    probs = [[[0.9, 0.5]], [[0.6, 0.2]], [[0.4, 0.4]]]
+    data = from_probs(probs, [[True], [True], [False]])
+    target, pr_x = (0.9 + 0.5) / 2, ((0.6 + 0.2) / 2 + (0.4 + 0.4) / 2) / 2
+    score = build("rmia_simple").score(data, 0, [1, 2])[0]
+    assert score == pytest.approx(math.log(target / pr_x))
+    per_query = (math.log(0.9 / 0.5) + math.log(0.5 / 0.3)) / 2
+    old = ATTACKS.build("rmia_simple", combine="log_ratio").score(data, 0, [1, 2])[0]
+    assert old == pytest.approx(per_query) and old != pytest.approx(score)
+    # Attack-P's score is the logit of the same query-averaged Pr(x|theta)
+    assert build("attack_p").score(data, 0, [])[0] == pytest.approx(math.log(target / (1 - target)))
 
 
 def test_rmia_simple_is_the_papers_formula_under_the_2n_design():
@@ -592,7 +610,8 @@ def test_rmia_vs_loop(small_population, reduce, offline, population):
             inside = prob[refs][data.keep[refs, i], i, q].mean() if i < 120 else out
             pr = 0.5 * (1.3 * out + 0.7) if offline else 0.5 * (inside + out)
             ratio[i, q] = prob[0, i, q] / pr
-    z = np.arange(120, 160) if population == "disjoint" else np.flatnonzero(~data.keep[0])
+    z = np.arange(120, 160) if population == "disjoint" else \
+        np.flatnonzero(~data.keep[0, :120])  # the evaluated non-members, never 120..159
     for i in range(160):
         passed = np.array([[ratio[i, q] / ratio[j, q] >= 1.3 for q in range(3)] for j in z])
         expected = passed.mean() if reduce == "mean" else (passed.sum(1) >= 2).mean()

@@ -96,3 +96,111 @@ def test_an_edited_or_truncated_robust_evaluation_record_is_recomputed(tmp_path,
         again = pipeline.audit(config, show_progress=False).summary["target_models"]
     assert again["test_natural_acc_per_target"] == first["test_natural_acc_per_target"]
     assert pipeline.RunDir(run_dir).eval_record(1, record.stem) is not None  # rewritten intact
+
+
+def test_report_names_a_damaged_results_file(tmp_path):
+    """Before: one changed digit in results.json and `report` showed the wrong AUC, rc 0."""
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    root = pipeline.audit(validate_config(tiny_audit(tmp_path)), show_progress=False).run_dir
+    path = root / "results.json"
+    text = path.read_text()
+    auc = re.search(r'"auc": 0\.(\d)', text)
+    digit = str((int(auc.group(1)) + 3) % 10)
+    path.write_text(text[: auc.start(1)] + digit + text[auc.end(1):])
+    json.loads(path.read_text())  # still valid JSON: only the digest can tell
+    for command in (["report", root], ["compare", root]):
+        result = CliRunner().invoke(app, [str(a) for a in command])
+        assert result.exit_code == 2, result.output
+        assert "results.json is damaged" in result.output, result.output
+
+
+def test_a_kill_before_the_report_stage_leaves_no_stale_report_files(tmp_path, monkeypatch):
+    """Before: killed just before roc.png was replaced, results.json listed three attacks while
+    report.html, roc.png and exposed.npz still showed the earlier two."""
+    from typer.testing import CliRunner
+
+    from miaudit import report
+    from miaudit.cli import app
+    from miaudit.rundir import REPORT_FILES
+
+    config = tiny_audit(tmp_path, attacks=["loss", "lira"])
+    root = pipeline.audit(validate_config(config), show_progress=False).run_dir
+    assert {"roc.png", "report.html", "exposed.npz"} <= {p.name for p in root.iterdir()}
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "render_plots", killed)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.audit(validate_config({**config, "attacks": ["loss", "lira", "rmia"]}),
+                       show_progress=False)
+    assert not [name for name in REPORT_FILES if (root / name).exists()]
+    monkeypatch.undo()
+    result = CliRunner().invoke(app, ["report", str(root)])
+    assert result.exit_code == 0 and "rmia" in result.output
+    assert "roc.png and report.html missing" in result.output
+
+
+def test_a_memorization_table_of_another_scores_generation_is_not_shown(tmp_path):
+    import json
+
+    from miaudit.reporting.run_view import RunView
+
+    config = tiny_audit(tmp_path, attacks=["loss", "lira"], memorization_attack="lira")
+    root = pipeline.audit(validate_config(config), show_progress=False).run_dir
+    view = RunView(root)
+    assert view.memorization is not None
+    table = json.loads((root / "memorization.json").read_text())
+    (root / "memorization.json").write_text(json.dumps({**table, "scores_dir": "scores-old"}))
+    assert RunView(root).memorization is None
+
+
+def test_target_nonmembers_population_is_the_evaluated_nonmembers_only():
+    """Before: z also took every population and holdout column (digits target 0: 809 audited
+    non-members, 989 in z). The documented reading (the research code's) is the target's
+    non-members among the evaluated samples."""
+    from miaudit.attacks import AttackInput
+    from miaudit.registry import ATTACKS
+
+    rng = np.random.default_rng(1)
+    models, samples = 4, 40
+    evaluated, population = np.arange(30), np.arange(30, 36)  # 36..39: holdout
+    keep = np.zeros((models, samples), dtype=bool)
+    keep[:, evaluated] = np.arange(models)[:, None] % 2 == (evaluated[None] % 2)
+    data = AttackInput(rng.normal(size=(models, samples, 1, 3)).astype(np.float32),
+                       rng.integers(0, 3, samples), keep, ["identity"], population=population,
+                       evaluated=evaluated)
+    result = ATTACKS.build("attack_p", variant="ye", population="target_nonmembers").evaluate(
+        data, 0, np.arange(1, models))
+    assert result.info["population_size"] == int((~keep[0, evaluated]).sum()) == 15
+    confidence = result.scores  # fraction of z at or below x: brute force over the 15
+    z = np.flatnonzero(~keep[0] & np.isin(np.arange(samples), evaluated))
+    own = ATTACKS.build("attack_p").evaluate(data, 0, np.arange(1, models)).scores
+    expected = [(own[z] <= own[i]).mean() for i in range(samples)]
+    np.testing.assert_allclose(confidence, expected)
+
+
+def test_lira_with_per_example_variance_on_few_references_is_flagged(tmp_path):
+    """Before: 8-model CIFAR-10 LiRA gave TPR@0.1% 0.03% (below chance) without a word, where a
+    global variance gave 0.71%. Carlini et al. 2022 advise a global variance below ~64."""
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+    from miaudit.registry import ATTACKS
+
+    assert ATTACKS.build("lira").caveats(63) and not ATTACKS.build("lira").caveats(64)
+    assert not ATTACKS.build("lira", fixed_variance=True).caveats(3)
+    config = tiny_audit(tmp_path, attacks=["lira", "lira:fixed_variance=true"])
+    results = pipeline.audit(validate_config(config), show_progress=False)
+    (caveat,) = results.attacks["lira"]["caveats"]
+    assert "3 reference models" in caveat and "fixed_variance=true" in caveat
+    assert "caveats" not in results.attacks["lira:fixed_variance=true"]
+    printed = CliRunner().invoke(app, ["report", str(results.run_dir)]).output
+    assert "lira *" in printed and "* lira: per-example variance" in printed
+    assert "* lira: per-example variance" in (results.run_dir / "report.html").read_text()

@@ -139,7 +139,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
            ) -> None:
     """Print the table of a finished run from its directory (read-only unless --plots or
     --html)."""
-    from miaudit.report import print_summary, render_plots
+    from miaudit.report import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
     try:
@@ -152,6 +152,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     except OSError as error:
         raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
     print_summary(summary, console)
+    if not (plots or html) and (note := missing_report_note(run_dir, summary)):
+        console.print(note, markup=False, soft_wrap=True)
     if html:  # the self-contained HTML report (miaudit.reporting)
         from miaudit.reporting.cli import html_report
 

@@ -666,7 +666,8 @@ def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries), population=plan.split.population)
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       evaluated=plan.split.audited)
     targets = list(plan.targets)
     records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
     privacy = privacy_summary(records)
@@ -772,6 +773,6 @@ def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
     scores = read_array(run.root / scores_dir / scores_name(attack))[0]
     table = memorization_analysis(data.logits[:, audited], data.labels[audited],
                                   plan.keep[:, audited], scores, target)
-    table["attack"] = attack
+    table["attack"], table["scores_dir"] = attack, scores_dir  # the generation it belongs to
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")

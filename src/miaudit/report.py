@@ -47,7 +47,9 @@ def attack_table(summary: dict[str, Any]) -> Table:
     for key in TABLE_KEYS:
         table.add_column(key.replace("balanced_accuracy", "bal. acc"), justify="right")
     for label, attack in summary["attacks"].items():
-        table.add_row(escape(label), *(_cell(attack, key, rotation) for key in TABLE_KEYS))
+        marker = " *" if attack.get("caveats") else ""
+        table.add_row(escape(label) + marker,
+                      *(_cell(attack, key, rotation) for key in TABLE_KEYS))
     return table
 
 
@@ -59,8 +61,16 @@ def model_line(summary: dict[str, Any]) -> str:
             + (f" ({escape(stats['accuracy_note'])})" if stats.get("accuracy_note") else ""))
 
 
+def caveat_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per warning an attack gave about its own numbers (marked * in the table)."""
+    return [f"* {label}: {caveat}" for label, attack in summary["attacks"].items()
+            for caveat in attack.get("caveats", [])]
+
+
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(attack_table(summary))
+    for line in caveat_lines(summary):
+        console.print(line, markup=False, soft_wrap=True)
     console.print(model_line(summary))
     if "privacy" in summary:
         console.print(privacy_line(summary))
@@ -88,6 +98,18 @@ def privacy_line(summary: dict[str, Any]) -> str:
         line += (f"; largest empirical lower bound {bounds[best]:.3g} ({best}): "
                  f"guarantee {verdict}")
     return line
+
+
+def missing_report_note(run_root: Path, summary: dict[str, Any]) -> str | None:
+    """A line naming the report files a run stopped before rendering (they are removed when
+    results.json is replaced, so what exists always renders the current results)."""
+    expected = ["roc.png"] + ([] if summary.get("config", {}).get("source") == "external outputs"
+                              else ["report.html"])
+    missing = [name for name in expected if not (Path(run_root) / name).exists()]
+    if not missing:
+        return None
+    return (f"{' and '.join(missing)} missing (the run stopped before its report stage): "
+            f"miaudit report {run_root} --plots --html renders them")
 
 
 def render_plots(run_root: Path, summary: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ Layout (``LAYOUT`` = 2)::
     RUN/models/0003/eval/<key>.json    evaluate stage (robust accuracy), keyed likewise
     RUN/scores-<generation>/<attack>.npy   score stage: (targets x audited) scores
     RUN/results.json                   names the scores generation it belongs to
-    RUN/roc.png, report.html, ...      report stage
+    RUN/roc.png, report.html, ...      report stage (removed before results.json is replaced)
     RUN/.lock                          advisory lock held by the running process
 
 A record's identity is checked on every read: a record made for another identity (changed
@@ -55,6 +55,8 @@ from miaudit.io import (
 )
 
 LAYOUT = 2
+# what the report stage renders from results.json and its scores generation
+REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz")
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 
@@ -228,6 +230,12 @@ class RunDir:
             os.replace(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def drop_report_files(self) -> None:
+        """Remove the report stage's files before a new results.json replaces the one they
+        render: a kill before they are rendered again leaves them missing, never stale."""
+        for name in REPORT_FILES:
+            (self.root / name).unlink(missing_ok=True)
 
     def drop_old_scores(self, current: str) -> None:
         for folder in self.root.glob("scores-*"):

@@ -15,9 +15,9 @@ from miaudit.attacks import AttackInput
 from miaudit.config import Spec, attack_label, build_attack
 from miaudit.errors import ConfigError
 from miaudit.identity import array_digest
-from miaudit.io import text_digest, write_array, write_json
+from miaudit.io import text_digest, write_array
 from miaudit.privacy.bounds import empirical_epsilon
-from miaudit.results import Results, Summary
+from miaudit.results import Results, Summary, write_results
 from miaudit.rundir import RunDir, check_scores_names, scores_name
 
 
@@ -37,6 +37,8 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
         attacks[label] = attack_summary(name, options, scores, members, labels, privacy)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
+        if caveats := attack.caveats(len(references(targets[0]))):
+            attacks[label]["caveats"] = caveats
         write_array(folder / scores_name(label), scores)
     return attacks
 
@@ -99,10 +101,11 @@ def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> 
 
 
 def publish(run: RunDir, summary: dict[str, Any]) -> Results:
-    """Validate the summary against the results schema, write results.json (naming its scores
-    generation), then drop older generations."""
+    """Validate the summary against the results schema, drop the report files of the previous
+    results, write results.json (naming its scores generation), then drop older generations."""
     checked = Summary.model_validate(summary)
-    write_json(run.root / "results.json", summary)
+    run.drop_report_files()
+    write_results(run.root / "results.json", summary)
     run.drop_old_scores(checked.scores_dir)
     return Results(run_dir=run.root, summary=summary)
 
@@ -139,6 +142,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
             raise ConfigError(f"attacks[{index}] needs population data: pass --population "
                               "(indices of samples no model trained on)")
     data = outputs.attack_input(population=population)
+    data.evaluated = audited
     identity = text_digest({name: array_digest(array) for name, array in (
         ("keep", outputs.keep), ("logits", outputs.logits), ("labels", outputs.labels))})
     run = RunDir(Path(out_dir))

@@ -21,6 +21,8 @@ class AttackInput:
     population: indices of the attacker's population samples (RMIA's z, Attack-P): outputs
         exist for them, no model trained on them (their keep columns are all False) and they
         are never evaluated. Empty when the audit reserved none.
+    evaluated: indices of the samples whose membership is scored (the audited samples), or
+        None for every sample outside ``population``.
     """
 
     logits: np.ndarray
@@ -28,6 +30,7 @@ class AttackInput:
     keep: np.ndarray
     query_names: list[str]
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    evaluated: np.ndarray | None = None
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -54,6 +57,16 @@ class AttackInput:
                 values[model] = compute(self.logits[model], self.labels[:, None])
             self._signals[name] = values
         return self._signals[name]
+
+    def evaluated_mask(self) -> np.ndarray:
+        """(N,) bool: the samples whose membership is scored."""
+        mask = np.zeros(self.keep.shape[1], dtype=bool)
+        if self.evaluated is None:
+            mask[:] = True
+            mask[np.asarray(self.population, dtype=np.int64)] = False
+        else:
+            mask[np.asarray(self.evaluated, dtype=np.int64)] = True
+        return mask
 
     def query_index(self, names: list[str] | None) -> np.ndarray:
         """Column indices of the given query specs (all queries when ``names`` is None)."""
@@ -83,6 +96,12 @@ class Attack:
     min_references: int = 1
     #: True for attacks that need the attacker's population data (``AttackInput.population``)
     needs_population: bool = False
+
+    def caveats(self, references: int) -> list[str]:
+        """Warnings about this attack's numbers with ``references`` reference models, shown
+        beside its row in the table and the report (e.g. a setting the paper advises against
+        at that scale)."""
+        return []
 
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
         return self.evaluate(data, target, references).scores

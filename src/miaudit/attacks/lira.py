@@ -121,6 +121,9 @@ class LiRA(Attack):
     """
 
     min_references = 2
+    #: Carlini et al. 2022, Sec. VI-B (Fig. 8): with fewer reference models than about this,
+    #: a global variance does better than per-example variances estimated from few values
+    PER_EXAMPLE_VARIANCE_MIN_REFERENCES = 64
 
     def __init__(self, offline: bool = False, fixed_variance: bool = False,
                  queries: list[str] | None = None, center: str = "median",
@@ -132,6 +135,14 @@ class LiRA(Attack):
         self.offline, self.fixed_variance, self.equalize = offline, fixed_variance, equalize
         self.queries = query_option(queries)
         self.center = choice(center, "center", ("median", "mean"))
+
+    def caveats(self, references: int) -> list[str]:
+        if self.fixed_variance or references >= self.PER_EXAMPLE_VARIANCE_MIN_REFERENCES:
+            return []
+        return [f"per-example variance from {references} reference models: Carlini et al. "
+                f"2022 (Sec. VI-B) advise a global variance below about "
+                f"{self.PER_EXAMPLE_VARIANCE_MIN_REFERENCES} (fixed_variance=true); low-FPR "
+                "TPRs can fall below chance"]
 
     def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
         refs = check_models(data, target, references, "lira", self.min_references)

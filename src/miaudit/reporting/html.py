@@ -166,12 +166,16 @@ def attack_table(view: RunView) -> str:
         cells = "".join(metric_cell(attack.tpr(level), rotation) for level in TABLE_LEVELS)
         cells += metric_cell(attack.metric("auc"), rotation)
         cells += metric_cell(attack.metric("balanced_accuracy"), rotation)
-        rows.append(f'<tr class="{css}"><td>{escape(attack.label)}</td>'
+        marker = " *" if attack.raw.get("caveats") else ""
+        rows.append(f'<tr class="{css}"><td>{escape(attack.label)}{marker}</td>'
                     f"<td>{escape(figures.family(attack.name))}</td>{cells}</tr>")
     note = ("Percent, pooled over targets [95% CI]" + ("; second line: mean ± std across "
             "targets." if rotation else "."))
+    caveats = "".join(f'<p class="note">* {escape(attack.label)}: {escape(caveat)}</p>'
+                      for attack in view.attacks.values()
+                      for caveat in attack.raw.get("caveats", []))
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
-            f'<p class="note">{note}</p>')
+            f'<p class="note">{note}</p>{caveats}')
 
 
 def models_section(view: RunView) -> str:

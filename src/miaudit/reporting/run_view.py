@@ -19,6 +19,7 @@ import numpy as np
 from miaudit.errors import RunDirError
 from miaudit.io import read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
+from miaudit.results import read_results
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -94,7 +95,7 @@ class RunView:
             path = self.root / "results.json" if self.root.is_dir() else self.root
             if not path.exists():
                 raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
-            summary = read_json(path)
+            summary = read_results(path)
             self.root = path.parent
         self.summary = summary
 
@@ -224,8 +225,11 @@ class RunView:
 
     @property
     def memorization(self) -> dict[str, Any] | None:
+        """The memorization analysis of this scores generation (an older one is ignored)."""
         path = self.root / "memorization.json"
-        return read_json(path) if path.exists() else None
+        table = read_json(path) if path.exists() else None
+        return table if table and table.get("scores_dir") == self.summary.get("scores_dir") \
+            else None
 
     def file_bytes(self, name: str) -> bytes | None:
         path = self.root / name
