@@ -204,3 +204,26 @@ def test_lira_with_per_example_variance_on_few_references_is_flagged(tmp_path):
     printed = CliRunner().invoke(app, ["report", str(results.run_dir)]).output
     assert "lira *" in printed and "* lira: per-example variance" in printed
     assert "* lira: per-example variance" in (results.run_dir / "report.html").read_text()
+
+
+def test_too_few_non_members_for_any_fpr_level_is_said(tmp_path):
+    """Before: --pool-size 5 printed a TPR at 0.001% FPR of "100.00 [63.06, 100.00]" from 8
+    pooled non-members, without a word."""
+    from miaudit.scoring import resolution_caveat
+
+    assert resolution_caveat(100) is None and "99 non-members" in resolution_caveat(99)
+    config = tiny_audit(tmp_path, attacks=["loss"], data={
+        "name": "synthetic", "options": {"n_train": 8, "n_test": 4, "shape": [16],
+                                         "num_classes": 2}})
+    results = pipeline.audit(validate_config(config), show_progress=False)
+    (caveat,) = results.attacks["loss"]["caveats"]
+    audited = results.summary["audited_size"]  # 4 targets, each on half of them
+    assert caveat.startswith(f"only {4 * audited // 2} non-members in all")
+
+
+@pytest.mark.parametrize("milestones", [[2.0, -1], [0.75, 0.5], [0.5, 1.0]])
+def test_milestones_outside_training_are_refused(milestones):
+    from miaudit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="train.milestones: milestones are increasing"):
+        validate_config({"train": {"milestones": milestones}})

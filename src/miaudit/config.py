@@ -155,6 +155,14 @@ class TrainConfig(_Strict):
         RECIPES.get(name)
         return name
 
+    @field_validator("milestones")
+    @classmethod
+    def _milestones(cls, milestones: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
+            raise ValueError("milestones are increasing fractions of training, each in (0, 1) "
+                             f"(e.g. [0.5, 0.75]), got {list(milestones)}")
+        return milestones
+
     @model_validator(mode="after")
     def _components(self) -> TrainConfig:
         check_size(self.recipe_options, "train.recipe_options")

@@ -63,8 +63,11 @@ def model_line(summary: dict[str, Any]) -> str:
 
 def caveat_lines(summary: dict[str, Any]) -> list[str]:
     """One line per warning an attack gave about its own numbers (marked * in the table)."""
-    return [f"* {label}: {caveat}" for label, attack in summary["attacks"].items()
-            for caveat in attack.get("caveats", [])]
+    labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it
+    for label, attack in summary["attacks"].items():
+        for caveat in attack.get("caveats", []):
+            labels.setdefault(caveat, []).append(label)
+    return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]
 
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:

@@ -54,10 +54,23 @@ def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, membe
         "per_class": metrics.per_class(scores.ravel(), members.ravel(),
                                        np.tile(labels, len(scores))),
     }
+    if caveat := resolution_caveat(int((~members).sum())):
+        summary["caveats"] = [caveat]
     if privacy:
         summary["empirical_epsilon"] = empirical_epsilon(
             scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
     return summary
+
+
+def resolution_caveat(nonmembers: int) -> str | None:
+    """A warning when the pooled non-members are too few to resolve even the coarsest FPR
+    level of the table: an FPR of alpha is only seen with at least 1/alpha non-members."""
+    coarsest = max(metrics.DEFAULT_FPR_LEVELS)
+    needed = int(np.ceil(1 / coarsest))
+    if nonmembers >= needed:
+        return None
+    return (f"only {nonmembers} non-members in all: an FPR of {coarsest:.0%} needs at least "
+            f"{needed}, so the TPR columns rest on too few samples; score more samples (data.pool_size)")
 
 
 def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,

@@ -171,9 +171,9 @@ def attack_table(view: RunView) -> str:
                     f"<td>{escape(figures.family(attack.name))}</td>{cells}</tr>")
     note = ("Percent, pooled over targets [95% CI]" + ("; second line: mean ± std across "
             "targets." if rotation else "."))
-    caveats = "".join(f'<p class="note">* {escape(attack.label)}: {escape(caveat)}</p>'
-                      for attack in view.attacks.values()
-                      for caveat in attack.raw.get("caveats", []))
+    from miaudit.report import caveat_lines
+
+    caveats = "".join(f'<p class="note">{escape(line)}</p>' for line in caveat_lines(view.summary))
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
             f'<p class="note">{note}</p>{caveats}')
 
