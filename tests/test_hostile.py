@@ -470,3 +470,62 @@ def test_report_modifies_nothing(tmp_path):
     assert result.exit_code == 0, result.output
     assert "lira" in result.output
     assert _listing(runs) == before
+
+
+# -- 9. miaudit score: bad input as for audit (issue 22) ------------------------------------
+def _score_files(root: Path) -> None:
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    keep = (np.arange(6)[:, None] % 2) == (np.arange(30)[None] % 2)
+    logits = rng.normal(size=(6, 30, 1, 3)).astype(np.float32)
+    np.save(root / "keep.npy", keep)
+    np.save(root / "logits.npy", logits)
+    np.save(root / "labels.npy", rng.integers(0, 3, 30))
+    np.save(root / "allkeep.npy", np.ones((6, 30), bool))
+    np.save(root / "keep0.npy", np.zeros((6, 0), bool))
+    np.save(root / "logits0.npy", np.zeros((6, 0, 1, 3), np.float32))
+    np.save(root / "labels0.npy", np.zeros(0, np.int64))
+    np.savez(root / "objects.npz", keep=np.array([1, None], dtype=object))
+    np.save(root / "pop_pickle.npy", np.array([1, None], dtype=object), allow_pickle=True)
+    np.savez(root / "pop.npz", a=np.arange(3), b=np.arange(2))
+    np.save(root / "pop_out.npy", np.array([0, 99]))
+    np.save(root / "pop_float.npy", np.array([1.7, 2.2]))
+    save_file({"keep": keep, "logits": logits, "labels": rng.integers(0, 3, 30)},
+              str(root / "meta.safetensors"), metadata={"query_names": "not json["})
+
+
+_FILES = ["--logits", "logits.npy", "--labels", "labels.npy", "--attacks", "loss;lira"]
+SCORE_BAD_INPUTS = {
+    "all-member keep, --balance warn": (["--keep", "allkeep.npy", *_FILES, "--balance", "warn"],
+                                        "needs both members and non-members"),
+    "zero samples": (["--keep", "keep0.npy", "--logits", "logits0.npy", "--labels",
+                      "labels0.npy"], "0 samples"),
+    "an .npz member that is a pickle": (["--keep", "objects.npz", *_FILES], "Python objects"),
+    "--population a pickle": (["--keep", "keep.npy", *_FILES, "--population", "pop_pickle.npy"],
+                              "Python objects"),
+    "--population an .npz": (["--keep", "keep.npy", *_FILES, "--population", "pop.npz"],
+                             "no array 'population'"),
+    "--population out of range": (["--keep", "keep.npy", *_FILES, "--population",
+                                   "pop_out.npy"], "0..29"),
+    "--population floats": (["--keep", "keep.npy", *_FILES, "--population", "pop_float.npy"],
+                            "integer sample indices"),
+    "safetensors metadata not JSON": (["meta.safetensors"], "JSON list"),
+    "--balance maybe": (["--keep", "keep.npy", *_FILES, "--balance", "maybe"], "maybe"),
+    "a folder for a file": (["--keep", ".", *_FILES], "is a folder, not an array file"),
+    "colliding labels": (["--keep", "keep.npy", "--logits", "logits.npy", "--labels",
+                          "labels.npy", "--attacks", "loss;LOSS"], "both save their scores"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCORE_BAD_INPUTS))
+def test_score_bad_input_gives_one_clear_line_and_writes_nothing(tmp_path, monkeypatch, case):
+    _score_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args, expected = SCORE_BAD_INPUTS[case]
+    result = _cli("score", *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert expected in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

@@ -186,17 +186,15 @@ def score(
 ) -> None:
     """Score attacks over outputs produced elsewhere (same table, results.json, plots and
     per-sample scores as an audit)."""
-    import numpy as np
-
     from miaudit.config import DEFAULT_ATTACKS
-    from miaudit.external import read_any, read_outputs
+    from miaudit.external import read_any, read_outputs, read_population
     from miaudit.report import print_summary
     from miaudit.scoring import score_outputs
 
     specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else \
         list(DEFAULT_ATTACKS)
     try:
-        indices = None if population is None else np.load(population, allow_pickle=False)
+        indices = None if population is None else read_population(population)
         if source is not None:
             folder = {**({"epoch": epoch} if epoch is not None else {}),
                       **({"labels": labels} if labels is not None else {})}

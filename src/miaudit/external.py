@@ -84,7 +84,8 @@ def load_array(path: Source, key: str | None = None) -> np.ndarray:
     ``.safetensors``."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ExternalOutputsError(f"{path} does not exist")
+        raise ExternalOutputsError(f"{path} is a folder, not an array file" if path.is_dir()
+                                   else f"{path} does not exist")
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise ExternalOutputsError(f"{path}: unsupported file type {suffix!r}; save the array "
@@ -135,7 +136,16 @@ def _safetensors_query_names(path: Path) -> list[str] | None:
 
     with safe_open(str(path), framework="numpy") as handle:
         raw = (handle.metadata() or {}).get("query_names")
-    return None if raw is None else [str(name) for name in json.loads(raw)]
+    if raw is None:
+        return None
+    try:
+        names = json.loads(raw)
+    except json.JSONDecodeError:
+        names = None
+    if not isinstance(names, list):
+        raise ExternalOutputsError(f"{path}: metadata query_names must be a JSON list of "
+                                   f"names, got {raw[:60]!r}")
+    return [str(name) for name in names]
 
 
 # -- per-model and stacked arrays --------------------------------------------------------------
@@ -230,11 +240,17 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
     score needs reference models of the other kind. ``population`` samples (never trained
     on) are exempt from the "none" check."""
     if balance not in BALANCE_POLICIES:
-        raise ValueError(f"balance must be one of {BALANCE_POLICIES}, got {balance!r}")
+        raise ExternalOutputsError(f"balance must be one of {', '.join(BALANCE_POLICIES)}, "
+                                   f"got {balance!r}")
     keep = as_bool_keep(np.asarray(keep), sources["keep"])
     if keep.ndim != 2:
         raise ExternalOutputsError(f"{sources['keep']}: keep must be (models, samples), got "
                                    f"shape {keep.shape}")
+    if keep.shape[1] == 0:
+        raise ExternalOutputsError(f"{sources['keep']}: keep has 0 samples; the outputs "
+                                   "need the samples the models were queried on")
+    if population is not None:
+        population = population_indices(population, keep.shape[1], "population")
     if keep.shape[0] < 2:
         raise ExternalOutputsError(
             f"{sources['keep']}: {keep.shape[0]} model; an audit needs at least 2 (a target "
@@ -257,6 +273,27 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
         f"model{m}" for m in range(keep.shape[0])]
     return ExternalOutputs(keep=keep, logits=logits, labels=labels, query_names=queries,
                            model_names=models)
+
+
+def population_indices(array: Any, samples: int, where: str) -> np.ndarray:
+    """Sorted unique (P,) int64 sample indices in 0..samples-1; anything else (floats,
+    another shape, out of range) raises naming ``where``."""
+    array = np.asarray(array)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ExternalOutputsError(f"{where}: expected a 1-D array of integer sample indices, "
+                                   f"got {array.dtype} of shape {array.shape}")
+    indices = array.astype(np.int64)
+    if indices.size and (indices.min() < 0 or indices.max() >= samples):
+        raise ExternalOutputsError(f"{where}: indices must lie in 0..{samples - 1} (the "
+                                   f"samples), got {indices.min()}..{indices.max()}")
+    return np.unique(indices)
+
+
+def read_population(path: Source) -> np.ndarray:
+    """The attacker's population as sample indices from an array file (checked for range
+    once the outputs are read)."""
+    return population_indices(load_array(path, "population"), np.iinfo(np.int64).max,
+                              str(path))
 
 
 def _finite_logits(logits: np.ndarray, where: str) -> np.ndarray:

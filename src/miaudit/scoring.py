@@ -70,7 +70,8 @@ def resolution_caveat(nonmembers: int) -> str | None:
     if nonmembers >= needed:
         return None
     return (f"only {nonmembers} non-members in all: an FPR of {coarsest:.0%} needs at least "
-            f"{needed}, so the TPR columns rest on too few samples; score more samples (data.pool_size)")
+            f"{needed}, so the TPR columns rest on too few samples; score more samples "
+            "(data.pool_size)")
 
 
 def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
@@ -113,6 +114,17 @@ def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> 
     return stats
 
 
+def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
+    """Every target needs members and non-members among the scored samples (a TPR and an
+    FPR to measure), before any work."""
+    for target in targets:
+        count = int(members[target].sum())
+        if count in (0, members.shape[1]):
+            raise ConfigError(f"model {target} has {count} members among the "
+                              f"{members.shape[1]} scored samples: a target needs both "
+                              "members and non-members (check keep, or --population)")
+
+
 def publish(run: RunDir, summary: dict[str, Any]) -> Results:
     """Validate the summary against the results schema, drop the report files of the previous
     results, write results.json (naming its scores generation), then drop older generations."""
@@ -130,15 +142,15 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     model in turn the target (or ``targets``), every other model its references, the
     population samples (never scored) for attacks that need them. Writes a run directory
     that ``miaudit report`` reads like an audit's."""
+    from miaudit.external import population_indices
     from miaudit.report import render_plots
 
-    population = np.zeros(0, dtype=np.int64) if population is None else \
-        np.unique(np.asarray(population, dtype=np.int64))
     samples = outputs.keep.shape[1]
-    if population.size and (population.min() < 0 or population.max() >= samples):
-        raise ConfigError(f"population indices must lie in 0..{samples - 1}")
+    population = population_indices(np.zeros(0, np.int64) if population is None
+                                     else population, samples, "population")
     audited = np.setdiff1d(np.arange(samples), population)
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
+    check_targets_have_both(outputs.keep[:, audited], targets)
     labels = [attack_label(spec)[0] for spec in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"attack labels must be distinct, got {labels}")
