@@ -227,3 +227,19 @@ def test_milestones_outside_training_are_refused(milestones):
 
     with pytest.raises(ConfigError, match="train.milestones: milestones are increasing"):
         validate_config({"train": {"milestones": milestones}})
+
+
+def test_weights_and_outputs_get_the_same_mode_as_every_other_file(tmp_path):
+    """Before: safetensors files were written 0600 while the rest were 0644."""
+    import os
+    import stat
+
+    from miaudit.io import write_json, write_tensors
+
+    write_tensors(tmp_path / "w.safetensors", {"x": torch.zeros(2)})
+    write_json(tmp_path / "r.json", {})
+    mask = os.umask(0)
+    os.umask(mask)
+    mode = stat.S_IMODE(os.stat(tmp_path / "r.json").st_mode)
+    assert mode == 0o666 & ~mask
+    assert stat.S_IMODE(os.stat(tmp_path / "w.safetensors").st_mode) == mode

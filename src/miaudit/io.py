@@ -34,8 +34,10 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(handle)
     tmp_path = Path(tmp_name)
     try:
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; keep the usual mode
         write(tmp_path)
+        # mkstemp makes 0600, and some writers (safetensors) recreate the file 0600: after
+        # writing, give it the mode any other file gets
+        os.chmod(tmp_path, 0o666 & ~_umask())
         with open(tmp_path, "rb+") as stream:
             os.fsync(stream.fileno())
         os.replace(tmp_path, path)
