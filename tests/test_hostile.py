@@ -312,6 +312,10 @@ BAD_INPUTS = {
     "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
     "YAML alias bomb": (_alias_bomb, "alias"),
     "YAML alias bomb in --set": (_set_alias_bomb, "--set model.options: more than"),
+    "--epochs abc (a type error)": (lambda t: ["--epochs", "abc"], "'--epochs'"),
+    "an unknown flag": (lambda t: ["--epoch", "3"], "No such option: --epoch"),
+    "train.milestones outside training": (lambda t: ["--set", "train.milestones=[2.0, -1]"],
+                                          "train.milestones"),
     "attack labels sharing a scores file": (lambda t: [
         "--set", 'attacks=[{name: lira, label: "x y"}, {name: loss, label: "x_y"}]'],
         "both save their scores as x_y.npy"),
@@ -529,3 +533,13 @@ def test_score_bad_input_gives_one_clear_line_and_writes_nothing(tmp_path, monke
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert expected in lines[0] and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_compare_prints_paths_verbatim_on_one_line(tmp_path):
+    """Before: `miaudit compare "/tmp/nope[/red]"` was parsed as markup, and compare's errors
+    wrapped at the terminal's width."""
+    missing = tmp_path / ("x" * 150) / "nope[/red]"
+    result = _cli("compare", missing, env={"COLUMNS": "40"})
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and str(missing) in line

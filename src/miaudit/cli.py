@@ -25,9 +25,10 @@ from miaudit.registry import (
     Registry,
     check_size,
 )
+from miaudit.usage_errors import OneLineErrors
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 # Piped output (files, CI logs) gets a wide console so attack labels stay on one line.
 console = Console() if sys.stdout.isatty() else Console(width=160)
 errors = Console(stderr=True)

@@ -39,8 +39,9 @@ def compare(
     try:
         table = comparison(load_views(run_dirs), chosen)
     except (CompareError, RunDirError, KeyError) as error:
-        errors.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
-        raise typer.Exit(2) from None
+        from miaudit.cli import fail  # one line, user text never read as markup
+
+        raise fail(error) from None
     console.print(rich_table(table))
     if html is not None:
         console.print(f"HTML comparison: {write_compare_html(table, html)}", markup=False)
