@@ -243,3 +243,13 @@ def test_weights_and_outputs_get_the_same_mode_as_every_other_file(tmp_path):
     mode = stat.S_IMODE(os.stat(tmp_path / "r.json").st_mode)
     assert mode == 0o666 & ~mask
     assert stat.S_IMODE(os.stat(tmp_path / "w.safetensors").st_mode) == mode
+
+
+def test_an_attack_label_with_matplotlib_math_is_plotted_as_written(tmp_path):
+    """Before: a label "$\\foo$" crashed plotting after results.json was written."""
+    label = "$\\foo$ [x]"
+    results = pipeline.audit(validate_config(tiny_audit(
+        tmp_path, attacks=["loss", {"name": "lira", "label": label}])), show_progress=False)
+    assert label in results.attacks
+    assert (results.run_dir / "roc.png").exists()
+    assert "\\foo" in (results.run_dir / "report.html").read_text()

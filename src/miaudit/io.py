@@ -140,11 +140,21 @@ def sweep_temporaries(root: Path) -> int:
     return removed
 
 
+def plain_text(figure: Any) -> None:
+    """Draw every text of ``figure`` as written: user text (attack labels, run names) is
+    never matplotlib math, so a label such as "$\\foo$" cannot fail the rendering."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
+
+
 def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
     """Save a matplotlib figure atomically (format from the suffix) and close it."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    plain_text(figure)
     try:
         atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi,
                                                       format=path.suffix.lstrip(".") or "png"))
