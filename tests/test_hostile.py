@@ -543,3 +543,26 @@ def test_compare_prints_paths_verbatim_on_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     (line,) = result.output.strip().splitlines()
     assert line.startswith("error: ") and str(missing) in line
+
+
+class _Payload:
+    """Unpickling it would call print: weights_only loading must refuse it."""
+
+    def __reduce__(self):
+        return (print, ("unpickled!",))
+
+
+def test_a_pickled_pretrained_target_is_refused_with_one_line(tmp_path):
+    import pickle
+
+    (tmp_path / "target.pt").write_bytes(pickle.dumps({"w": _Payload()}))
+    np.save(tmp_path / "members.npy", np.arange(50))
+    path = _config_file(tmp_path, protocol="fixed_target", num_models=2, attacks=["loss"],
+                        target={"weights": str(tmp_path / "target.pt"),
+                                "members": str(tmp_path / "members.npy")})
+    result = _cli("audit", "-c", path, "--quiet")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: target.weights") and "not a plain state dict" in line
+    assert "unpickled!" not in result.output
+    assert not (tmp_path / "runs").exists()
