@@ -312,6 +312,8 @@ BAD_INPUTS = {
     "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
     "YAML alias bomb": (_alias_bomb, "alias"),
     "YAML alias bomb in --set": (_set_alias_bomb, "--set model.options: more than"),
+    "a shift larger than the images": (lambda t: ["--set", "data.options.shape=[1, 6, 6]",
+                                                  "--queries", "shift:dx=100"], "6x6"),
     "--epochs abc (a type error)": (lambda t: ["--epochs", "abc"], "'--epochs'"),
     "an unknown flag": (lambda t: ["--epoch", "3"], "No such option: --epoch"),
     "train.milestones outside training": (lambda t: ["--set", "train.milestones=[2.0, -1]"],

@@ -300,13 +300,17 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     if classes < 2:
         raise DataError(f"data set {cfg.data.name!r} has {classes} class in the pool; "
                         "membership inference needs at least 2")
-    if not pool.is_image:
-        from miaudit.queries import build_query
+    from miaudit.queries import build_query, check_fits
 
-        for spec in cfg.queries:
-            if not build_query(spec).applies_to_tabular:
-                raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
-                                  f"{cfg.data.name!r} is tabular; use identity or dropout")
+    for spec in cfg.queries:
+        if not pool.is_image and not build_query(spec).applies_to_tabular:
+            raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
+                              f"{cfg.data.name!r} is tabular; use identity or dropout")
+        if pool.is_image:
+            try:
+                check_fits(spec, *pool.x.shape[-2:])
+            except ValueError as error:
+                raise ConfigError(f"queries: {error}") from None
     needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
                                 len(cfg.queries), pool.num_classes)
     available = physical_memory_bytes()

@@ -137,6 +137,16 @@ def build_query(spec: str) -> Query:
     return QUERIES.build(name, **options)
 
 
+def check_fits(spec: str, height: int, width: int) -> None:
+    """Raise ValueError when the query's shift does not fit images of this size (reflect
+    padding needs a shift smaller than the image's height and width)."""
+    query = build_query(spec)
+    largest = max(abs(getattr(query, "dx", 0)), abs(getattr(query, "dy", 0)))
+    if largest >= min(height, width):
+        raise ValueError(f"query {spec!r} shifts by {largest} pixels, but the images are "
+                         f"{height}x{width}; shift by less than {min(height, width)}")
+
+
 CLEAN_QUERY = "identity"  # queried besides the configured ones when none of them is clean
 
 
