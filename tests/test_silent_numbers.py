@@ -253,3 +253,32 @@ def test_an_attack_label_with_matplotlib_math_is_plotted_as_written(tmp_path):
     assert label in results.attacks
     assert (results.run_dir / "roc.png").exists()
     assert "\\foo" in (results.run_dir / "report.html").read_text()
+
+
+def test_html_report_of_a_score_run_says_what_it_knows(tmp_path):
+    """Before: `report --html` of a `miaudit score` run showed `?` settings and printed a
+    ConfigError as "no exposed samples"."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "keep.npy", np.arange(6)[:, None] % 2 == np.arange(40)[None] % 2)
+    np.save(tmp_path / "logits.npy", rng.normal(size=(6, 40, 1, 3)).astype(np.float32))
+    np.save(tmp_path / "labels.npy", rng.integers(0, 3, 40))
+    out = tmp_path / "scored"
+    runner = CliRunner()
+    assert runner.invoke(app, ["score", "--keep", str(tmp_path / "keep.npy"), "--logits",
+                               str(tmp_path / "logits.npy"), "--labels",
+                               str(tmp_path / "labels.npy"), "--attacks", "loss",
+                               "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["report", str(out), "--html"])
+    assert result.exit_code == 0 and "no exposed samples" not in result.output, result.output
+    page = (out / "report.html").read_text()
+    settings = page[page.index('id="settings"'):page.index("</section>",
+                                                          page.index('id="settings"'))]
+    cells = re.findall(r"<td>(.*?)</td>", settings)
+    assert cells and not [cell for cell in cells if "?" in cell], cells
+    assert "outputs made elsewhere: 40 samples" in settings

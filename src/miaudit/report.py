@@ -106,8 +106,10 @@ def privacy_line(summary: dict[str, Any]) -> str:
 def missing_report_note(run_root: Path, summary: dict[str, Any]) -> str | None:
     """A line naming the report files a run stopped before rendering (they are removed when
     results.json is replaced, so what exists always renders the current results)."""
-    expected = ["roc.png"] + ([] if summary.get("config", {}).get("source") == "external outputs"
-                              else ["report.html"])
+    from miaudit.reporting.run_view import EXTERNAL_SOURCE
+
+    external = summary.get("config", {}).get("source") == EXTERNAL_SOURCE
+    expected = ["roc.png"] + ([] if external else ["report.html"])
     missing = [name for name in expected if not (Path(run_root) / name).exists()]
     if not missing:
         return None

@@ -144,6 +144,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     that ``miaudit report`` reads like an audit's."""
     from miaudit.external import population_indices
     from miaudit.report import render_plots
+    from miaudit.reporting.run_view import EXTERNAL_SOURCE
 
     samples = outputs.keep.shape[1]
     population = population_indices(np.zeros(0, np.int64) if population is None
@@ -190,7 +191,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
             "holdout_size": 0, "queries": list(outputs.query_names), "scores_dir": scores_dir,
             "target_models": external_accuracy(outputs, audited, targets),
             "attacks": attacks,
-            "config": {"source": "external outputs", "attacks": specs,
+            "config": {"source": EXTERNAL_SOURCE, "attacks": specs,
                        "models": list(outputs.model_names)},
         }
         results = publish(run, summary)

@@ -35,6 +35,9 @@ class Metric:
     measurable: bool = True  # False: no threshold reaches that FPR (metrics.summarize)
 
 
+EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
+
+
 @dataclass(frozen=True)
 class AttackView:
     """One attack of a run, as the report reads it."""
@@ -120,8 +123,30 @@ class RunView:
     def protocol(self) -> str:
         return str(self.summary.get("protocol", self.config.get("protocol", "?")))
 
+    @property
+    def external(self) -> bool:
+        """Scored from outputs made elsewhere (``miaudit score``): no config, no inputs."""
+        return self.config.get("source") == EXTERNAL_SOURCE
+
+    def external_settings(self) -> dict[str, str]:
+        """What a ``miaudit score`` run knows about itself: the outputs, not how they were
+        made."""
+        summary = self.summary
+        return {
+            "run": self.name,
+            "data": f"outputs made elsewhere: {summary.get('pool_size', '?')} samples, "
+                    f"{summary.get('audited_size', '?')} scored, "
+                    f"{summary.get('population_size', 0)} population",
+            "models": ", ".join(map(str, self.config.get("models", []))) or "?",
+            "protocol": f"{self.protocol}: {len(self.targets)} target(s), "
+                        f"{self.num_models} models",
+            "queries": ", ".join(summary.get("queries", [])),
+        }
+
     def settings(self) -> dict[str, str]:
         """Label -> text of what the run was: data, model, training, protocol, queries."""
+        if self.external:
+            return self.external_settings()
         cfg, data = self.config, self.config.get("data", {})
         model, train = cfg.get("model", {}), cfg.get("train", {})
         rows = {
@@ -164,6 +189,9 @@ class RunView:
             "run directory": str(self.summary.get("run_dir", self.root)),
             "python": platform.python_version(),
         }
+        if self.external:  # the models were trained and queried elsewhere
+            for unknown in ("seed", "device", "run identity"):
+                rows.pop(unknown)
         return rows
 
     # -- metrics --------------------------------------------------------------------------
