@@ -10,6 +10,7 @@ import torch
 from conftest import tiny_audit
 from miaudit import pipeline
 from miaudit.config import validate_config
+from miaudit.modeljob import load_trained
 from miaudit.queries import clean_column, stored_queries
 
 
@@ -27,7 +28,7 @@ def _clean_accuracy(planned, run_dir):
     audited = np.zeros(len(planned.pool.y), dtype=bool)
     audited[planned.plan.split.audited] = True
     for target in planned.plan.targets:
-        model = pipeline.load_trained(run, planned.jobs[target], planned.pool, torch.device("cpu"))
+        model = load_trained(run, planned.jobs[target], planned.pool, torch.device("cpu"))
         with torch.no_grad():
             correct = (model(planned.pool.x).argmax(-1) == planned.pool.y).numpy()
         member = planned.plan.keep[target]

@@ -15,6 +15,8 @@ import typer
 import typer.core
 from typer.core import TyperGroup
 
+from miaudit.cli.errors import fail
+
 # the click that typer runs on: recent typer vendors it as typer._click, earlier ones import it
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
 _ClickException = _click.exceptions.ClickException
@@ -34,8 +36,6 @@ class OneLineErrors(TyperGroup):
             error.show()  # the help text, as click prints it
             sys.exit(error.exit_code)
         except _ClickException as error:
-            from miaudit.cli import fail
-
             fail(error.format_message())
             sys.exit(error.exit_code)
         except _Abort:
