@@ -283,3 +283,23 @@ def test_html_report_of_a_score_run_says_what_it_knows(tmp_path):
     cells = re.findall(r"<td>(.*?)</td>", settings)
     assert cells and not [cell for cell in cells if "?" in cell], cells
     assert "outputs made elsewhere: 40 samples" in settings
+
+
+def test_roc_png_draws_tied_scores_as_the_html_panels_do(tmp_path, monkeypatch):
+    """Before: roc.png joined ROC points by slanted lines while the HTML panels (and TPR@FPR)
+    read the ROC as steps; a tie group looked different in the two."""
+    from pathlib import Path
+
+    from miaudit import report
+
+    drawn = {}
+    monkeypatch.setattr(report, "save_figure",
+                        lambda figure, path, dpi=120: drawn.setdefault(Path(path).name, figure))
+    monkeypatch.setattr(report, "audited_members",
+                        lambda root, summary: np.array([True, True, False, False]))
+    summary = {"name": "t", "targets": [0], "attacks": {"a": {"pooled": {"auc": 0.75}}}}
+    report.plot_roc(tmp_path, summary, {"a": (np.array([0, 0, 0.5, 1.0]),
+                                              np.array([0, 0.5, 1.0, 1.0]))})
+    lines = [line for line in drawn["roc.png"].axes[0].get_lines()
+             if line.get_label().startswith("a (")]
+    assert lines and all(line.get_drawstyle() == "steps-post" for line in lines)

@@ -172,8 +172,10 @@ def plot_roc(run_root: Path, summary: dict[str, Any],
     for (label, attack), color, style in zip(summary["attacks"].items(), distinct_colors(count),
                                              line_styles(count)):
         fpr, tpr = curves[label]
+        # steps, as the HTML panels and tpr@FPR read the ROC: at an FPR, the largest TPR
+        # whose FPR does not exceed it (a tie group is a jump, not a slanted line)
         axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, color=color,
-                  label=f"{label} (AUC {attack['pooled']['auc']:.3f})")
+                  label=f"{label} (AUC {attack['pooled']['auc']:.3f})", drawstyle="steps-post")
     axis.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
     axis.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
              xlabel="false positive rate", ylabel="true positive rate",
