@@ -518,7 +518,7 @@ SCORE_BAD_INPUTS = {
                             "integer sample indices"),
     "safetensors metadata not JSON": (["meta.safetensors"], "JSON list"),
     "--balance maybe": (["--keep", "keep.npy", *_FILES, "--balance", "maybe"], "maybe"),
-    "a folder for a file": (["--keep", ".", *_FILES], "is a folder, not an array file"),
+    "a folder for a file": (["--keep", ".", *_FILES], "is a folder, not a file"),
     "colliding labels": (["--keep", "keep.npy", "--logits", "logits.npy", "--labels",
                           "labels.npy", "--attacks", "loss;LOSS"], "both save their scores"),
 }
@@ -568,3 +568,23 @@ def test_a_pickled_pretrained_target_is_refused_with_one_line(tmp_path):
     assert line.startswith("error: target.weights") and "not a plain state dict" in line
     assert "unpickled!" not in result.output
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "tabular", "imagefolder"])
+def test_a_path_of_the_wrong_kind_is_named_as_such(tmp_path, command):
+    """Before: "does not exist" was said of paths that exist but are of the wrong kind."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    if command in ("report", "compare"):
+        result = _cli(command, a_file if command == "report" else tmp_path)
+        expected = f"{a_file} is a file, not a folder" if command == "report" else \
+            f"{tmp_path / 'results.json'} does not exist"
+    else:
+        data = {"name": "tabular", "options": {"path": str(tmp_path)}} if command == "tabular" \
+            else {"name": "imagefolder", "data_dir": str(a_file)}
+        result = _cli("audit", "-c", _config_file(tmp_path, data=data), "--quiet")
+        expected = f"{tmp_path} is a folder, not a file" if command == "tabular" else \
+            f"{a_file} is a file, not a folder"
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert expected in line, line

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import DataError
+from miaudit.io import path_problem
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,7 @@ def load_array(path: Source, key: str | None = None) -> np.ndarray:
     ``.safetensors``."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ExternalOutputsError(f"{path} is a folder, not an array file" if path.is_dir()
-                                   else f"{path} does not exist")
+        raise ExternalOutputsError(path_problem(path))
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise ExternalOutputsError(f"{path}: unsupported file type {suffix!r}; save the array "
@@ -437,7 +437,7 @@ def read_lira_experiment(root: Source, *, labels: Source | None = None,
     dirs = lira_model_dirs(root)
     labels_path = Path(labels).expanduser() if labels is not None else root / "y_train.npy"
     if not labels_path.is_file():
-        raise ExternalOutputsError(f"{labels_path} does not exist; pass labels= (an .npy of "
+        raise ExternalOutputsError(f"{path_problem(labels_path)}; pass labels= (an .npy of "
                                    "the N class indices)")
     keep, keep_name = read_keep([d / "keep.npy" for d in dirs])
     logits, logits_name = read_logits([lira_logits_file(d, epoch) for d in dirs])

@@ -55,6 +55,16 @@ def write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
+def path_problem(path: Path, want: str = "file") -> str:
+    """Why ``path`` is not the ``want`` ("file" or "folder") asked for: it does not exist, or
+    it is of the other kind (never "does not exist" of a path that exists)."""
+    path = Path(path)
+    if not path.exists():
+        return f"{path} does not exist"
+    other = "folder" if path.is_dir() else "file" if path.is_file() else "special file"
+    return f"{path} is a {other}, not a {want}"
+
+
 def write_json(path: Path, value: Any) -> None:
     write_bytes(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
 

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from miaudit.errors import RunDirError
-from miaudit.io import read_json, text_digest, write_json
+from miaudit.io import path_problem, read_json, text_digest, write_json
 
 LAYOUT = 2
 
@@ -97,6 +97,8 @@ def read_results(path: Path) -> dict[str, Any]:
 
 def load_summary(run_root: Path) -> dict[str, Any]:
     """results.json of a finished run, checked against the schema."""
+    if not Path(run_root).is_dir():
+        raise RunDirError(f"{path_problem(Path(run_root), 'folder')}: give a run directory")
     path = Path(run_root) / "results.json"
     if not path.exists():
         raise RunDirError(f"{path} does not exist: run `miaudit audit` first")

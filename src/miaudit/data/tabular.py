@@ -37,6 +37,7 @@ import torch
 
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import as_path, cached
+from miaudit.io import path_problem
 from miaudit.registry import DATASETS
 
 SCALES = ("auto", "minmax", "none")
@@ -58,7 +59,7 @@ def read_source(path: Path, member: str | None = None) -> bytes:
     """The bytes of ``path``: a plain file, a gzip file, or ``member`` of a tarball (the only
     file of the tarball when ``member`` is not given)."""
     if not path.is_file():
-        raise DataError(f"data file {path} does not exist")
+        raise DataError(f"data file {path_problem(path)}")
     try:
         if tarfile.is_tarfile(path):
             return _tar_member(path, member)
@@ -448,7 +449,7 @@ def load_tabular(*, data_dir: str | Path | None = None, path: str | Path | None 
     files = [p for p in (source, labels, test, test_labels) if p is not None]
     for file in files:
         if not file.is_file():
-            raise DataError(f"data file {file} does not exist")
+            raise DataError(f"data file {path_problem(file)}")
     options = {"member": member, "label_column": label_column, "has_header": has_header,
                "delimiter": delimiter, "x_key": x_key, "y_key": y_key,
                "files": [str(f.resolve()) for f in files]}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import RunDirError
-from miaudit.io import read_json
+from miaudit.io import path_problem, read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
 from miaudit.results import read_results
 
@@ -96,8 +96,9 @@ class RunView:
         self.root = Path(root)
         if summary is None:
             path = self.root / "results.json" if self.root.is_dir() else self.root
-            if not path.exists():
-                raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
+            if not path.is_file():
+                raise RunDirError(f"{path_problem(path)}: give a run directory or its "
+                                  "results.json (run `miaudit audit` first)")
             summary = read_results(path)
             self.root = path.parent
         self.summary = summary
