@@ -12,6 +12,7 @@ from rich.table import Table
 
 from miaudit import metrics
 from miaudit.io import save_figure
+from miaudit.results import EXTERNAL_SOURCE, caveat_lines
 from miaudit.rundir import audited_members, read_scores
 
 TABLE_KEYS = (*(metrics.tpr_key(level) for level in metrics.DEFAULT_FPR_LEVELS), "auc",
@@ -61,15 +62,6 @@ def model_line(summary: dict[str, Any]) -> str:
             + (f" ({escape(stats['accuracy_note'])})" if stats.get("accuracy_note") else ""))
 
 
-def caveat_lines(summary: dict[str, Any]) -> list[str]:
-    """One line per warning an attack gave about its own numbers (marked * in the table)."""
-    labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it
-    for label, attack in summary["attacks"].items():
-        for caveat in attack.get("caveats", []):
-            labels.setdefault(caveat, []).append(label)
-    return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]
-
-
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(attack_table(summary))
     for line in caveat_lines(summary):
@@ -106,8 +98,6 @@ def privacy_line(summary: dict[str, Any]) -> str:
 def missing_report_note(run_root: Path, summary: dict[str, Any]) -> str | None:
     """A line naming the report files a run stopped before rendering (they are removed when
     results.json is replaced, so what exists always renders the current results)."""
-    from miaudit.reporting.run_view import EXTERNAL_SOURCE
-
     external = summary.get("config", {}).get("source") == EXTERNAL_SOURCE
     expected = ["roc.png"] + ([] if external else ["report.html"])
     missing = [name for name in expected if not (Path(run_root) / name).exists()]

@@ -75,6 +75,7 @@ class Results:
         return self.attacks[attack][view][key]
 
 
+EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
 DIGEST_KEY = "sha256"  # results.json's digest of its own content (it has no data file)
 
 
@@ -120,3 +121,12 @@ def load_summary(run_root: Path) -> dict[str, Any]:
         raise RunDirError(f"{path} names scores folder {summary['scores_dir']}, which is "
                           "missing; rerun the audit to rebuild it")
     return summary
+
+
+def caveat_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per warning an attack gave about its own numbers (marked * in the table)."""
+    labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it
+    for label, attack in summary["attacks"].items():
+        for caveat in attack.get("caveats", []):
+            labels.setdefault(caveat, []).append(label)
+    return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]

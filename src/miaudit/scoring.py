@@ -144,7 +144,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     that ``miaudit report`` reads like an audit's."""
     from miaudit.external import population_indices
     from miaudit.report import render_plots
-    from miaudit.reporting.run_view import EXTERNAL_SOURCE
+    from miaudit.results import EXTERNAL_SOURCE
 
     samples = outputs.keep.shape[1]
     population = population_indices(np.zeros(0, np.int64) if population is None

@@ -45,7 +45,7 @@ def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
     """``miaudit report --html``: the exposed samples when the run lacks them (rebuilt from the
     run's own data, best effort), then the HTML report."""
     from miaudit.reporting.html import write_html_report
-    from miaudit.reporting.run_view import EXTERNAL_SOURCE
+    from miaudit.results import EXTERNAL_SOURCE
 
     external = summary.get("config", {}).get("source") == EXTERNAL_SOURCE  # has no inputs
     if not external and not (Path(run_dir) / "exposed.npz").exists():

@@ -23,6 +23,7 @@ from miaudit.io import write_bytes
 from miaudit.reporting import figures
 from miaudit.reporting.rocs import family_curves
 from miaudit.reporting.run_view import AttackView, Metric, RunView
+from miaudit.results import caveat_lines
 
 REPORT_FILE = "report.html"
 TABLE_LEVELS = ("0.001%", "0.1%", "1%")
@@ -171,8 +172,6 @@ def attack_table(view: RunView) -> str:
                     f"<td>{escape(figures.family(attack.name))}</td>{cells}</tr>")
     note = ("Percent, pooled over targets [95% CI]" + ("; second line: mean ± std across "
             "targets." if rotation else "."))
-    from miaudit.report import caveat_lines
-
     caveats = "".join(f'<p class="note">{escape(line)}</p>' for line in caveat_lines(view.summary))
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
             f'<p class="note">{note}</p>{caveats}')

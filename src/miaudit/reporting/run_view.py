@@ -19,7 +19,7 @@ import numpy as np
 from miaudit.errors import RunDirError
 from miaudit.io import path_problem, read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
-from miaudit.results import read_results
+from miaudit.results import EXTERNAL_SOURCE, read_results
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -33,9 +33,6 @@ class Metric:
     mean: float | None = None
     std: float | None = None
     measurable: bool = True  # False: no threshold reaches that FPR (metrics.summarize)
-
-
-EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
 
 
 @dataclass(frozen=True)
