@@ -6,12 +6,25 @@
 
 Reads only committed files (``experiments/*/outputs/*.results.json`` and
 ``*.memorization.json``); nothing is retrained. Every claim compares two rows (a model under
-one attack) on one metric. Intervals (95%):
+one attack) on one metric. Intervals (95%) for TPR at a fixed FPR and AUC (issue 23: they
+must cover what a rerun with new models would see):
 
-- TPR at a fixed FPR: the exact Clopper-Pearson interval of the pooled TPR (results.json).
-- AUC, rotation protocol: mean over the targets +- t(0.975, n - 1) * std / sqrt(n); one
-  target: Hanley & McNeil (1982, Radiology 143, Eq. 2) standard error.
-- Accuracy gap (train - test): the same t interval over the rotation targets.
+- results.json written with the crossed bootstrap (``pooled["ci_method"]`` present): its
+  ``tpr@X_ci`` / ``auc_ci`` (bootstrap over samples and targets; one fixed target: over
+  samples only, conditional on that model).
+- Older results.json files (every committed output so far: they keep per-target summaries,
+  not per-sample scores, so the bootstrap cannot be recomputed), rotation protocol: the
+  pooled value +- z * sqrt(between-target variance / T + mean per-target sampling variance)
+  (``miaudit.intervals.target_summary_interval``: binomial for TPR, Hanley-McNeil for AUC;
+  the second term counts the sample draw as fully shared by the targets, an upper bound, so
+  the interval errs wide: 100% coverage where the bootstrap has 95% in the synthetic world of
+  ``benchmarks/interval_coverage.py``). One fixed target: the exact Clopper-Pearson interval
+  of the TPR and the Hanley & McNeil (1982, Radiology 143, Eq. 2) interval of the AUC, over
+  samples only: conditional on the trained target, model randomness not covered.
+- A TPR level that is not measurable (below 1/non-members, or tied top scores) is "n/m" and
+  decides nothing.
+- Accuracy gap (train - test): mean over the rotation targets +- t(0.975, n - 1) * std /
+  sqrt(n).
 - Spearman's rho: Fisher's z with Bonett & Wright's (2000) variance (1 + rho^2 / 2) / (n - 3).
 
 Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the
@@ -31,6 +44,7 @@ from pathlib import Path
 
 from scipy.stats import norm, t
 
+from miaudit.intervals import hanley_mcneil_variance, target_summary_interval
 from miaudit.metrics import clopper_pearson
 from miaudit.privacy.bounds import roc_bound
 
@@ -271,11 +285,8 @@ def t_interval(values: list[float]) -> Interval:
     return mean, mean - half, mean + half
 
 
-def hanley_mcneil(auc: float, n_pos: float, n_neg: float) -> Interval:
-    q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
-    var = (auc * (1 - auc) + (n_pos - 1) * (q1 - auc ** 2)
-           + (n_neg - 1) * (q2 - auc ** 2)) / (n_pos * n_neg)
-    half = Z95 * math.sqrt(max(var, 0.0))
+def hanley_mcneil(auc: float, n_pos: int, n_neg: int) -> Interval:
+    half = Z95 * math.sqrt(hanley_mcneil_variance(auc, n_pos, n_neg))
     return auc, auc - half, auc + half
 
 
@@ -318,13 +329,29 @@ def interval(row: Row, metric: str) -> Interval | None:
     if attack is None:
         return None
     pooled = attack["pooled"]
+    if not measurable(pooled, metric):
+        return NOT_MEASURABLE
+    if "ci_method" in pooled:  # the crossed bootstrap (or one target's sample bootstrap)
+        return (pooled[metric], *pooled[f"{metric}_ci"])
+    per_target = attack["per_target"] if isinstance(attack["per_target"], list) else []
+    if len(summary["targets"]) > 1 and len(per_target) > 1:
+        return (pooled[metric], *target_summary_interval(pooled, per_target, metric))
     if metric == "auc":
-        per_target = [entry["auc"] for entry in attack["per_target"]] \
-            if isinstance(attack["per_target"], list) else []
-        if len(summary["targets"]) > 1 and len(per_target) > 1:
-            return t_interval(per_target)
         return hanley_mcneil(pooled["auc"], pooled["n_members"], pooled["n_nonmembers"])
-    return (pooled[metric], *pooled[f"{metric}_ci"])
+    return (pooled[metric], *pooled[f"{metric}_ci"])  # one target: Clopper-Pearson
+
+
+NOT_MEASURABLE: Interval = (NAN, NAN, NAN)
+
+
+def measurable(pooled: dict, metric: str) -> bool:
+    """False for a TPR level the run cannot measure: flagged so, or below 1/non-members
+    (results written before that rule flagged only tied top scores)."""
+    if not metric.startswith("tpr@"):
+        return True
+    level = float(metric.removeprefix("tpr@").removesuffix("%")) / 100
+    return pooled.get(f"{metric}_measurable") is not False \
+        and level * pooled["n_nonmembers"] >= 1
 
 
 def target_test_accuracy(row: Row) -> float | None:
@@ -351,6 +378,8 @@ def metric_verdict(claim: Claim, metric: str) -> tuple[str, str]:
     ours = interval(high, metric)
     if ours is None:
         return "not run", "-"
+    if ours is NOT_MEASURABLE:
+        return "not measurable", "n/m"
     if claim.kind in ("under_bound", "exceeds_bound"):
         bound = float(roc_bound(BOUND_FPR[metric], claim.epsilon, 1e-5))
         text = f"{fmt(metric, ours)} vs bound {fmt(metric, (bound,))}"
@@ -368,10 +397,14 @@ def metric_verdict(claim: Claim, metric: str) -> tuple[str, str]:
         other = interval(high, claim.metrics[1])
         if other is None:
             return "not run", "-"
+        if other is NOT_MEASURABLE:
+            return "not measurable", f"{fmt(metric, ours)} vs n/m"
         return compare(ours, other, "greater"), f"{fmt(metric, ours)} vs {fmt(metric, other)}"
     theirs = interval(ROWS[claim.low], metric)
     if theirs is None:
         return "not run", "-"
+    if theirs is NOT_MEASURABLE:
+        return "not measurable", f"{fmt(metric, ours)} vs n/m"
     return compare(ours, theirs, claim.kind), f"{fmt(metric, ours)} vs {fmt(metric, theirs)}"
 
 
@@ -396,7 +429,8 @@ def claim_verdicts(claim: Claim) -> tuple[str, list[tuple[str, str, str]]]:
     if len(verdicts) == 1:
         return verdicts.pop(), per_metric
     parts = [f"{verdict} ({', '.join(METRIC_NAMES[m] for m, v, _ in per_metric if v == verdict)})"
-             for verdict in ("reproduced", "inconclusive", "not reproduced", "not run")
+             for verdict in ("reproduced", "inconclusive", "not reproduced", "not measurable",
+                             "not run")
              if verdict in verdicts]
     return "mixed: " + "; ".join(parts), per_metric
 
@@ -482,7 +516,7 @@ def rows_table(experiment: str) -> str:
         cells = [acc, paper_acc]
         for metric in ("tpr@0.1%", "tpr@1%", "auc"):
             value = interval(row, metric)
-            cells += [fmt(metric, value) if value else "-",
+            cells += ["n/m" if value is NOT_MEASURABLE else fmt(metric, value) if value else "-",
                       fmt(metric, (row.paper[metric],)) if metric in row.paper else "-"]
         lines.append(f"| {row.label} | {row.attack} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

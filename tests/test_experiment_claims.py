@@ -66,3 +66,28 @@ def test_every_claim_names_known_rows_and_every_row_an_existing_config():
         assert set(claim.metrics) <= set(claims.METRIC_NAMES), claim
     for row in claims.ROWS.values():
         assert (ROOT / "experiments" / row.experiment / f"{row.stem}.yaml").is_file(), row
+
+
+def _summary(pooled, per_target, targets):
+    return {"targets": list(range(targets)), "target_models": {},
+            "attacks": {"lira": {"pooled": pooled, "per_target": per_target}}}
+
+
+def test_interval_source_by_results_layout(monkeypatch):
+    """Issue 23. New results: the crossed bootstrap from results.json. Older rotation results
+    (no scores committed): the per-target-summary interval. Below 1/non-members: n/m."""
+    row = claims.Row("x", "nowhere", "x")
+    per_target = [{"tpr@1%": 0.1, "n_members": 100, "n_nonmembers": 100},
+                  {"tpr@1%": 0.3, "n_members": 100, "n_nonmembers": 100}]
+    old = {"tpr@1%": 0.2, "tpr@1%_ci": [0.19, 0.21], "tpr@1%_measurable": True,
+           "n_members": 200, "n_nonmembers": 200}
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(old, per_target, 2))
+    half = 1.959964 * math.sqrt(0.0115)  # tests/test_intervals.py's hand-worked case
+    assert claims.interval(row, "tpr@1%") == pytest.approx((0.2, 0.0, 0.2 + half), abs=1e-6)
+    new = {**old, "tpr@1%_ci": [0.1, 0.35], "ci_method": "two-way ..."}
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(new, per_target, 2))
+    assert claims.interval(row, "tpr@1%") == (0.2, 0.1, 0.35)
+    assert claims.interval(row, "tpr@0.1%") is claims.NOT_MEASURABLE  # 0.1% x 200 < 1
+    one = {**old, "n_members": 100, "n_nonmembers": 100}
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(one, per_target[:1], 1))
+    assert claims.interval(row, "tpr@1%") == (0.2, 0.19, 0.21)  # one target: Clopper-Pearson

@@ -120,6 +120,8 @@ class LiRA(Attack):
     references: with one, no sample has both an IN and an OUT fit to estimate that shift from.
     """
 
+    modalities = ("classes", "text")  # reads per-sample signals only
+
     min_references = 2
     #: Carlini et al. 2022, Sec. VI-B (Fig. 8): with fewer reference models than about this,
     #: a global variance does better than per-example variances estimated from few values

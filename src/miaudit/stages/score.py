@@ -70,6 +70,8 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
                 evaluated: Evaluated) -> dict[str, Any]:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
+    from miaudit.text_audit import attack_extras, text_model_stats
+
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned)
@@ -77,7 +79,7 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population,
-                       evaluated=plan.split.audited)
+                       evaluated=plan.split.audited, **attack_extras(planned.pool))
     targets = list(plan.targets)
     privacy = trained.privacy
     with run.new_scores() as folder:
@@ -86,9 +88,12 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
-    clean, column, query = clean_outputs(run, planned, logits)
-    stats = accuracy_stats(clean, labels, plan.keep, plan.split.audited, targets, column)
-    stats["accuracy_query"] = query
+    if planned.pool.is_text:
+        stats = text_model_stats(logits, plan.keep, plan.split.audited, targets)
+    else:
+        clean, column, query = clean_outputs(run, planned, logits)
+        stats = accuracy_stats(clean, labels, plan.keep, plan.split.audited, targets, column)
+        stats["accuracy_query"] = query
     stats["train_seconds_mean"] = trained.train_seconds_mean
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
