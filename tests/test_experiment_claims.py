@@ -91,3 +91,26 @@ def test_interval_source_by_results_layout(monkeypatch):
     one = {**old, "n_members": 100, "n_nonmembers": 100}
     monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(one, per_target[:1], 1))
     assert claims.interval(row, "tpr@1%") == (0.2, 0.19, 0.21)  # one target: Clopper-Pearson
+
+
+def _fake_summary(model: str, recipe: str, test_accuracy: float) -> dict:
+    return {"config": {"model": {"name": model}, "train": {"recipe": recipe}},
+            "target_models": {"test_accuracy": test_accuracy}}
+
+
+@pytest.mark.parametrize(("model", "recipe", "family"), [
+    ("resnet14", "standard", "ResNet-14"), ("resnet14", "mixup_mmd", "ResNet-14"),
+    ("resnet14", "pgd_at", "adversarial"), ("resnet14", "trades", "adversarial"),
+    ("resnet14", "replace_finetune", "ODE/SDE"), ("sdenet", "standard", "ODE/SDE"),
+    ("hbnode", "standard", "ODE/SDE"), ("snn_cnn", "ann2snn", "SNN/ANN twin"),
+    ("ann_cnn", "standard", "SNN/ANN twin")])
+def test_accuracy_floor_by_family(monkeypatch, model, recipe, family):
+    # Issue 26: ResNet-14 >= 65%, ODE/SDE and SNN >= 60%, adversarial training >= 50% natural.
+    floor = claims.FLOORS[family]
+    row = claims.Row("x", "exp", "stem")
+    monkeypatch.setattr(claims, "ROWS", {"x": row, "y": row})
+    for accuracy, failed in ((floor - 0.001, True), (floor + 0.001, False)):
+        monkeypatch.setattr(claims, "load", lambda *a, acc=accuracy, **k: _fake_summary(
+            model, recipe, acc))
+        assert claims.floor_family(row) == family
+        assert bool(claims.failed_rows(claims.Claim("s", "x", "y"))) is failed
