@@ -192,6 +192,12 @@ C_ROWS = [
         ("direct SNN T=4: RMIA", "6_snn_direct_t4", "rmia_simple", (63.85, 1.04, 5.76), 87.0),
         ("direct SNN T=4: RMIA + dropout", "6_snn_direct_t4", "rmia_simple+input_dropout",
          (67.58, 3.56, 8.86), 87.0))],
+    # issue 26: under rotation (every model the target in turn, same-architecture references)
+    *[c_row(f"[rot] {label}", stem, attack, paper, acc, "paper_c_rotation") for label, stem,
+      attack, paper, acc in (
+        ("ANN: Attack-P", "0_ann", "attack_p", (56.61, 0.0, 0.0), 90.9),
+        ("ANN: Attack-R", "0_ann", "attack_r", (59.49, 0.0, 0.0), 90.9),
+        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9))],
 ]
 
 B_ROWS = [
@@ -235,6 +241,8 @@ CLAIMS = [
     Claim("A, Tab. 6", "ODENet, 1 block, Euler", "ODENet, 1 block, RK4", kind="similar"),
     Claim("C, Tab. 2", "ANN: RMIA", "ANN: Attack-R", AUC),
     Claim("C, Tab. 2", "ANN: Attack-R", "ANN: Attack-P", AUC),
+    Claim("C, Tab. 2 (rotation)", "[rot] ANN: RMIA", "[rot] ANN: Attack-R", AUC),
+    Claim("C, Tab. 2 (rotation)", "[rot] ANN: Attack-R", "[rot] ANN: Attack-P", AUC),
     Claim("C, Tab. 4", "SNN T=4: RMIA", "SNN T=4: Attack-R", AUC),
     Claim("C, Tab. 4", "SNN T=4: Attack-R", "SNN T=4: Attack-P", AUC,
           note="the paper's own Table 4 has Attack-R below Table 2's Attack-P at T = 4"),
