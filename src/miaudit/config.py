@@ -37,6 +37,7 @@ from miaudit.registry import (
     check_size,
     parse_spec,
 )
+from miaudit.rundir import check_scores_names
 from miaudit.training.engine import TrainParams
 
 Spec = str | dict[str, Any]
@@ -168,6 +169,14 @@ class TrainConfig(_Strict):
     def _known_recipe(cls, name: str) -> str:
         RECIPES.get(name)
         return name
+
+    @field_validator("milestones")
+    @classmethod
+    def _milestones(cls, milestones: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
+            raise ValueError("milestones are increasing fractions of training, each in (0, 1) "
+                             f"(e.g. [0.5, 0.75]), got {list(milestones)}")
+        return milestones
 
     @model_validator(mode="after")
     def _components(self) -> TrainConfig:
@@ -360,6 +369,7 @@ class AuditConfig(_Strict):
         labels = [attack_label(spec)[0] for spec in self.attacks]
         if len(set(labels)) != len(labels):
             raise ValueError(f"attack labels must be distinct, got {labels}")
+        check_scores_names(labels)
         references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
         for index, spec in enumerate(self.attacks):
             attack = build_attack(spec, f"attacks[{index}]")

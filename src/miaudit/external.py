@@ -8,7 +8,8 @@ read from
   stacked over models or a list of per-model files (keep (N,), logits (N, Q, C) or (N, C));
 - one bundle (:func:`read_bundle`): a ``.safetensors`` / ``.npz`` file with arrays ``keep``,
   ``logits``, ``labels`` (a ``.safetensors`` may name its queries in the metadata entry
-  ``query_names``, a JSON list);
+  ``query_names``, a JSON list), or, for language models, ``keep`` and per-token
+  ``token_logprobs`` (see :mod:`miaudit.external_text`);
 - the experiment folder of the official LiRA code (Carlini et al. 2022, "Membership inference
   attacks from first principles", github.com/tensorflow/privacy research/mi_lira_2021)
   (:func:`read_lira_experiment`): ``<root>/y_train.npy`` and one folder per model holding
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import DataError
+from miaudit.io import path_problem
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,8 @@ class ExternalOutputs:
     labels: np.ndarray
     query_names: list[str]
     model_names: list[str]
+    modality: str = "classes"  # "text": language models' per-token outputs (external_text)
+    texts: list[str] | None = None
 
     @property
     def num_models(self) -> int:
@@ -74,7 +78,8 @@ class ExternalOutputs:
 
         extra = {} if population is None else {"population": np.asarray(population, np.int64)}
         return AttackInput(logits=self.logits, labels=self.labels, keep=self.keep,
-                           query_names=list(self.query_names), **extra)
+                           query_names=list(self.query_names), modality=self.modality,
+                           texts=self.texts, **extra)
 
 
 # -- reading arrays ----------------------------------------------------------------------------
@@ -84,7 +89,7 @@ def load_array(path: Source, key: str | None = None) -> np.ndarray:
     ``.safetensors``."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ExternalOutputsError(f"{path} does not exist")
+        raise ExternalOutputsError(path_problem(path))
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise ExternalOutputsError(f"{path}: unsupported file type {suffix!r}; save the array "
@@ -135,7 +140,16 @@ def _safetensors_query_names(path: Path) -> list[str] | None:
 
     with safe_open(str(path), framework="numpy") as handle:
         raw = (handle.metadata() or {}).get("query_names")
-    return None if raw is None else [str(name) for name in json.loads(raw)]
+    if raw is None:
+        return None
+    try:
+        names = json.loads(raw)
+    except json.JSONDecodeError:
+        names = None
+    if not isinstance(names, list):
+        raise ExternalOutputsError(f"{path}: metadata query_names must be a JSON list of "
+                                   f"names, got {raw[:60]!r}")
+    return [str(name) for name in names]
 
 
 # -- per-model and stacked arrays --------------------------------------------------------------
@@ -230,11 +244,17 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
     score needs reference models of the other kind. ``population`` samples (never trained
     on) are exempt from the "none" check."""
     if balance not in BALANCE_POLICIES:
-        raise ValueError(f"balance must be one of {BALANCE_POLICIES}, got {balance!r}")
+        raise ExternalOutputsError(f"balance must be one of {', '.join(BALANCE_POLICIES)}, "
+                                   f"got {balance!r}")
     keep = as_bool_keep(np.asarray(keep), sources["keep"])
     if keep.ndim != 2:
         raise ExternalOutputsError(f"{sources['keep']}: keep must be (models, samples), got "
                                    f"shape {keep.shape}")
+    if keep.shape[1] == 0:
+        raise ExternalOutputsError(f"{sources['keep']}: keep has 0 samples; the outputs "
+                                   "need the samples the models were queried on")
+    if population is not None:
+        population = population_indices(population, keep.shape[1], "population")
     if keep.shape[0] < 2:
         raise ExternalOutputsError(
             f"{sources['keep']}: {keep.shape[0]} model; an audit needs at least 2 (a target "
@@ -257,6 +277,27 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
         f"model{m}" for m in range(keep.shape[0])]
     return ExternalOutputs(keep=keep, logits=logits, labels=labels, query_names=queries,
                            model_names=models)
+
+
+def population_indices(array: Any, samples: int, where: str) -> np.ndarray:
+    """Sorted unique (P,) int64 sample indices in 0..samples-1; anything else (floats,
+    another shape, out of range) raises naming ``where``."""
+    array = np.asarray(array)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ExternalOutputsError(f"{where}: expected a 1-D array of integer sample indices, "
+                                   f"got {array.dtype} of shape {array.shape}")
+    indices = array.astype(np.int64)
+    if indices.size and (indices.min() < 0 or indices.max() >= samples):
+        raise ExternalOutputsError(f"{where}: indices must lie in 0..{samples - 1} (the "
+                                   f"samples), got {indices.min()}..{indices.max()}")
+    return np.unique(indices)
+
+
+def read_population(path: Source) -> np.ndarray:
+    """The attacker's population as sample indices from an array file (checked for range
+    once the outputs are read)."""
+    return population_indices(load_array(path, "population"), np.iinfo(np.int64).max,
+                              str(path))
 
 
 def _finite_logits(logits: np.ndarray, where: str) -> np.ndarray:
@@ -344,6 +385,10 @@ def read_bundle(path: Source, *, query_names: Sequence[str] | None = None,
                 ) -> ExternalOutputs:
     """Outputs from one ``.safetensors`` or ``.npz`` file with arrays keep, logits, labels."""
     path = Path(path).expanduser()
+    from miaudit.external_text import is_text_bundle, read_text_bundle
+
+    if path.is_file() and path.suffix.lower() in SUFFIXES and is_text_bundle(path):
+        return read_text_bundle(path, balance=balance, population=population)
     arrays = {key: load_array(path, key) for key in ("keep", "logits", "labels")}
     if query_names is None and path.suffix == ".safetensors":
         query_names = _safetensors_query_names(path)
@@ -400,7 +445,7 @@ def read_lira_experiment(root: Source, *, labels: Source | None = None,
     dirs = lira_model_dirs(root)
     labels_path = Path(labels).expanduser() if labels is not None else root / "y_train.npy"
     if not labels_path.is_file():
-        raise ExternalOutputsError(f"{labels_path} does not exist; pass labels= (an .npy of "
+        raise ExternalOutputsError(f"{path_problem(labels_path)}; pass labels= (an .npy of "
                                    "the N class indices)")
     keep, keep_name = read_keep([d / "keep.npy" for d in dirs])
     logits, logits_name = read_logits([lira_logits_file(d, epoch) for d in dirs])

@@ -7,6 +7,7 @@ configs, the data pool and the plan, never the pipeline.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -122,7 +123,12 @@ def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
             raise DataError(f"target.weights {path}: expected a state dict, got "
                             f"{type(state).__name__}")
         build_architecture(job.model, job.train, pool).load_state_dict(state, strict=True)
-    except (RuntimeError, OSError, ValueError) as error:
+    except pickle.UnpicklingError as error:  # weights_only=True refused what the file holds
+        reason = str(error).splitlines()[0][:200]
+        raise DataError(f"target.weights {path} is not a plain state dict ({reason}); save "
+                        "the weights with safetensors or torch.save(model.state_dict())"
+                        ) from None
+    except (RuntimeError, OSError, ValueError, EOFError) as error:
         raise DataError(f"target.weights {path} do not load into model {job.model.name!r} "
                         f"(width {job.model.width}, options {job.model.options}): "
                         f"{str(error).splitlines()[0]}") from None

@@ -137,6 +137,42 @@ def build_query(spec: str) -> Query:
     return QUERIES.build(name, **options)
 
 
+def check_fits(spec: str, height: int, width: int) -> None:
+    """Raise ValueError when the query's shift does not fit images of this size (reflect
+    padding needs a shift smaller than the image's height and width)."""
+    query = build_query(spec)
+    largest = max(abs(getattr(query, "dx", 0)), abs(getattr(query, "dy", 0)))
+    if largest >= min(height, width):
+        raise ValueError(f"query {spec!r} shifts by {largest} pixels, but the images are "
+                         f"{height}x{width}; shift by less than {min(height, width)}")
+
+
+CLEAN_QUERY = "identity"  # queried besides the configured ones when none of them is clean
+
+
+def is_clean(spec: str) -> bool:
+    """Whether ``spec`` shows the model the sample as it is (``identity``, ``shift`` by 0
+    without flip, as in ``augs18``): the query that accuracy is measured on. Names that are
+    no query spec (outputs made elsewhere, e.g. ``query3``) are not known to be clean."""
+    try:
+        query = build_query(spec)
+    except Exception:  # an unknown name or option: not a query this package can vouch for
+        return False
+    return type(query) is Query and not (query.flip or query.dx or query.dy)
+
+
+def clean_column(specs: list[str]) -> int | None:
+    """Index of the first clean query in ``specs`` (see :func:`is_clean`), or None."""
+    return next((index for index, spec in enumerate(specs) if is_clean(spec)), None)
+
+
+def stored_queries(specs: list[str]) -> list[str]:
+    """The queries an audit stores: ``specs``, plus the clean one when none of them is clean
+    (accuracy and the generalization gap are measured on clean inputs, never on an
+    augmentation)."""
+    return list(specs) if clean_column(specs) is not None else [*specs, CLEAN_QUERY]
+
+
 @torch.no_grad()
 def query_outputs(model: torch.nn.Module, x: torch.Tensor, specs: list[str],
                   device: torch.device, seed: int, batch_size: int = 512) -> torch.Tensor:

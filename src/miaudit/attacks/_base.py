@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.signals import SIGNALS
+from miaudit.signals import SIGNALS, TEXT_SIGNALS
+
+MODALITIES = ("classes", "text")
 
 
 @dataclass
@@ -21,6 +23,11 @@ class AttackInput:
     population: indices of the attacker's population samples (RMIA's z, Attack-P): outputs
         exist for them, no model trained on them (their keep columns are all False) and they
         are never evaluated. Empty when the audit reserved none.
+    evaluated: indices of the samples whose membership is scored (the audited samples), or
+        None for every sample outside ``population``.
+    modality: "classes" (logits over C classes) or "text" (a causal LM's per-token outputs,
+        (M, N, 1, 4 * L): see :mod:`miaudit.signals`; ``labels`` are then all 0).
+    texts: the N texts (text only, when known; the zlib attack needs them).
     """
 
     logits: np.ndarray
@@ -28,6 +35,9 @@ class AttackInput:
     keep: np.ndarray
     query_names: list[str]
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    evaluated: np.ndarray | None = None
+    modality: str = "classes"
+    texts: list[str] | None = None
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -36,6 +46,10 @@ class AttackInput:
             raise ValueError(f"logits {self.logits.shape} do not match keep {self.keep.shape}")
         if self.labels.shape != (samples,):
             raise ValueError(f"labels {self.labels.shape} do not match {samples} samples")
+        if self.modality not in MODALITIES:
+            raise ValueError(f"modality must be one of {MODALITIES}, got {self.modality!r}")
+        if self.texts is not None and len(self.texts) != samples:
+            raise ValueError(f"{len(self.texts)} texts for {samples} samples")
 
     @property
     def num_models(self) -> int:
@@ -44,16 +58,27 @@ class AttackInput:
     def signal(self, name: str) -> np.ndarray:
         """(M, N, Q) float64 signal (see :mod:`miaudit.signals`), computed once and cached."""
         if name not in self._signals:
-            if name not in SIGNALS:
-                raise KeyError(f"unknown signal {name!r}; valid: {sorted(SIGNALS)}")
+            table = TEXT_SIGNALS if self.modality == "text" else SIGNALS
+            if name not in table:
+                raise KeyError(f"unknown {self.modality} signal {name!r}; valid: {sorted(table)}")
             # One model at a time: the float64 temporaries of a signal are several times the
             # (M, N, Q, C) logits; per model they stay (N, Q, C).
-            compute = SIGNALS[name]
+            compute = table[name]
             values = np.empty(self.logits.shape[:3], dtype=np.float64)
             for model in range(self.num_models):
                 values[model] = compute(self.logits[model], self.labels[:, None])
             self._signals[name] = values
         return self._signals[name]
+
+    def evaluated_mask(self) -> np.ndarray:
+        """(N,) bool: the samples whose membership is scored."""
+        mask = np.zeros(self.keep.shape[1], dtype=bool)
+        if self.evaluated is None:
+            mask[:] = True
+            mask[np.asarray(self.population, dtype=np.int64)] = False
+        else:
+            mask[np.asarray(self.evaluated, dtype=np.int64)] = True
+        return mask
 
     def query_index(self, names: list[str] | None) -> np.ndarray:
         """Column indices of the given query specs (all queries when ``names`` is None)."""
@@ -83,6 +108,15 @@ class Attack:
     min_references: int = 1
     #: True for attacks that need the attacker's population data (``AttackInput.population``)
     needs_population: bool = False
+    #: the outputs it reads (AttackInput.modality): attacks over the per-sample signals only
+    #: also apply to text
+    modalities: tuple[str, ...] = ("classes",)
+
+    def caveats(self, references: int) -> list[str]:
+        """Warnings about this attack's numbers with ``references`` reference models, shown
+        beside its row in the table and the report (e.g. a setting the paper advises against
+        at that scale)."""
+        return []
 
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
         return self.evaluate(data, target, references).scores

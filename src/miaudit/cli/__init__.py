@@ -15,11 +15,12 @@ from miaudit.cli.dp_audit import audit_command
 from miaudit.cli.errors import fail, user_errors
 from miaudit.cli.listings import LISTINGS, listing_command
 from miaudit.cli.privacy import app as privacy_app
+from miaudit.cli.usage import OneLineErrors
 
 __all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 app.command()(audit)
 app.command()(report)
 app.command()(score)

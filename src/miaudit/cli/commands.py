@@ -109,7 +109,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
            ) -> None:
     """Print the table of a finished run from its directory (read-only unless --plots or
     --html)."""
-    from miaudit.report import print_summary, render_plots
+    from miaudit.report import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
     summary = load_summary(run_dir)
@@ -117,6 +117,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     if plots:
         render_plots(run_dir, summary)
     print_summary(summary, console)
+    if not (plots or html) and (note := missing_report_note(run_dir, summary)):
+        console.print(note, markup=False, soft_wrap=True)
     if html:  # the self-contained HTML report (miaudit.reporting)
         from miaudit.cli.compare import html_report
 
@@ -137,7 +139,7 @@ def score(
     population: Annotated[Path | None, typer.Option(help="(P,) indices of samples no model "
                           "trained on: the attacker's population data, never scored")] = None,
     attacks: Annotated[str | None, typer.Option(help="';'-separated attack specs (default: "
-                       "the default audit's suite)")] = None,
+                       "the default audit's suite; for token log-probs the text suite)")] = None,
     out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/scored"),
     epoch: Annotated[int | None, typer.Option(help="LiRA layout: logits of this epoch "
                      "(default: the latest)")] = None,
@@ -146,16 +148,13 @@ def score(
 ) -> None:
     """Score attacks over outputs produced elsewhere (same table, results.json, plots and
     per-sample scores as an audit)."""
-    import numpy as np
-
     from miaudit.config import DEFAULT_ATTACKS
-    from miaudit.external import read_any, read_outputs
+    from miaudit.external import read_any, read_outputs, read_population
     from miaudit.report import print_summary
     from miaudit.scoring import score_outputs
 
-    specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else \
-        list(DEFAULT_ATTACKS)
-    indices = None if population is None else np.load(population, allow_pickle=False)
+    specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
+    indices = None if population is None else read_population(population)
     if source is not None:
         folder = {**({"epoch": epoch} if epoch is not None else {}),
                   **({"labels": labels} if labels is not None else {})}
@@ -168,6 +167,11 @@ def score(
     else:
         raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
                            "--labels")
+    if specs is None:  # the default suite of the outputs' kind
+        from miaudit.text_audit import default_text_attacks
+
+        specs = default_text_attacks(outputs, indices is not None) \
+            if outputs.modality == "text" else list(DEFAULT_ATTACKS)
     results = score_outputs(outputs, specs, out, population=indices,
                             name=out.name)
     print_summary(results.summary, console)

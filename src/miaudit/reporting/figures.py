@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.io import plain_text
+
 # Attack families: one ROC panel each, so a panel compares variants of one method.
 FAMILIES = {
     "lira": "LiRA", "rmia": "RMIA", "rmia_simple": "RMIA", "attack_p": "Attack-P / Attack-R",
@@ -76,6 +78,7 @@ def to_svg(figure: Any, key: str) -> str:
 
     plt = _pyplot()
     buffer = io.StringIO()
+    plain_text(figure)
     try:
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": key}):
             figure.savefig(buffer, format="svg", metadata={"Date": None})

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import RunDirError
-from miaudit.io import read_json
+from miaudit.io import path_problem, read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
+from miaudit.results import EXTERNAL_SOURCE, read_results
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -32,6 +33,9 @@ class Metric:
     mean: float | None = None
     std: float | None = None
     measurable: bool = True  # False: no threshold reaches that FPR (metrics.summarize)
+    # conditional on the trained models (Clopper-Pearson); simultaneous over all attacks
+    ci_conditional: tuple[float, float] | None = None
+    ci_simultaneous: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,13 @@ class AttackView:
     def metric(self, key: str) -> Metric:
         """``key`` e.g. "tpr@0.1%", "auc": pooled value [CI], mean and std over targets."""
         pooled = self.raw["pooled"]
-        interval = pooled.get(f"{key}_ci")
+        interval, conditional, band = (pooled.get(f"{key}_ci{suffix}") for suffix in (
+            "", "_conditional", "_simultaneous"))
         mean, std = self.raw.get("mean", {}).get(key), self.raw.get("std", {}).get(key)
         return Metric(float(pooled[key]), tuple(interval) if interval else None, mean, std,
-                      pooled.get(f"{key}_measurable") is not False)
+                      pooled.get(f"{key}_measurable") is not False,
+                      tuple(conditional) if conditional else None,
+                      tuple(band) if band else None)
 
     def tpr(self, level: str) -> Metric:
         return self.metric(f"tpr@{level}")
@@ -67,7 +74,8 @@ class AttackView:
         if key not in row:
             return None
         interval = row.get(f"{key}_ci")
-        return Metric(float(row[key]), tuple(interval) if interval else None)
+        return Metric(float(row[key]), tuple(interval) if interval else None,
+                      measurable=row.get(f"{key}_measurable") is not False)
 
     @property
     def empirical_epsilon(self) -> dict[str, Any] | None:
@@ -92,9 +100,10 @@ class RunView:
         self.root = Path(root)
         if summary is None:
             path = self.root / "results.json" if self.root.is_dir() else self.root
-            if not path.exists():
-                raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
-            summary = read_json(path)
+            if not path.is_file():
+                raise RunDirError(f"{path_problem(path)}: give a run directory or its "
+                                  "results.json (run `miaudit audit` first)")
+            summary = read_results(path)
             self.root = path.parent
         self.summary = summary
 
@@ -119,8 +128,30 @@ class RunView:
     def protocol(self) -> str:
         return str(self.summary.get("protocol", self.config.get("protocol", "?")))
 
+    @property
+    def external(self) -> bool:
+        """Scored from outputs made elsewhere (``miaudit score``): no config, no inputs."""
+        return self.config.get("source") == EXTERNAL_SOURCE
+
+    def external_settings(self) -> dict[str, str]:
+        """What a ``miaudit score`` run knows about itself: the outputs, not how they were
+        made."""
+        summary = self.summary
+        return {
+            "run": self.name,
+            "data": f"outputs made elsewhere: {summary.get('pool_size', '?')} samples, "
+                    f"{summary.get('audited_size', '?')} scored, "
+                    f"{summary.get('population_size', 0)} population",
+            "models": ", ".join(map(str, self.config.get("models", []))) or "?",
+            "protocol": f"{self.protocol}: {len(self.targets)} target(s), "
+                        f"{self.num_models} models",
+            "queries": ", ".join(summary.get("queries", [])),
+        }
+
     def settings(self) -> dict[str, str]:
         """Label -> text of what the run was: data, model, training, protocol, queries."""
+        if self.external:
+            return self.external_settings()
         cfg, data = self.config, self.config.get("data", {})
         model, train = cfg.get("model", {}), cfg.get("train", {})
         rows = {
@@ -163,6 +194,9 @@ class RunView:
             "run directory": str(self.summary.get("run_dir", self.root)),
             "python": platform.python_version(),
         }
+        if self.external:  # the models were trained and queried elsewhere
+            for unknown in ("seed", "device", "run identity"):
+                rows.pop(unknown)
         return rows
 
     # -- metrics --------------------------------------------------------------------------
@@ -173,8 +207,17 @@ class RunView:
                 for label, a in self.summary["attacks"].items()}
 
     def best_attack(self) -> AttackView:
-        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC)."""
-        return max(self.attacks.values(), key=lambda a: (a.tpr("0.1%").value, a.auc))
+        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC); attacks
+        for which that level is not measurable rank last."""
+        return max(self.attacks.values(), key=lambda a: (
+            a.tpr("0.1%").measurable, a.tpr("0.1%").value, a.auc))
+
+    @property
+    def interval_method(self) -> str:
+        """What the pooled intervals cover (results.json's ``ci_method``)."""
+        first = next(iter(self.attacks.values())).raw["pooled"]
+        return str(first.get("ci_method", "exact Clopper-Pearson, conditional on these "
+                                          "trained models (results written before issue 23)"))
 
     @property
     def accuracy(self) -> Accuracy:
@@ -224,8 +267,11 @@ class RunView:
 
     @property
     def memorization(self) -> dict[str, Any] | None:
+        """The memorization analysis of this scores generation (an older one is ignored)."""
         path = self.root / "memorization.json"
-        return read_json(path) if path.exists() else None
+        table = read_json(path) if path.exists() else None
+        return table if table and table.get("scores_dir") == self.summary.get("scores_dir") \
+            else None
 
     def file_bytes(self, name: str) -> bytes | None:
         path = self.root / name
