@@ -49,7 +49,9 @@ from miaudit.config import (
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError, MiauditError
 from miaudit.executors import Job, JobFailedError, make_executor, resolve
+from miaudit.features import input_features
 from miaudit.io import file_digest, read_json, write_json
+from miaudit.label_queries import protect_decision_columns
 from miaudit.models import build_model
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.queries import query_outputs
@@ -627,17 +629,20 @@ def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
 
 
 def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep: np.ndarray,
-                         holdout: np.ndarray) -> None:
+                         holdout: np.ndarray, query_names: list[str]) -> None:
     """Replace every model's released outputs by the defended ones (in place). Each model's
     defender knows its own training set (its keep row) and the holdout set, never the
-    evaluated non-members."""
+    evaluated non-members. Boundary-distance columns stay: they are no released vector."""
     defense = build_output_defense(spec)
     reference = np.zeros(keep.shape[1], dtype=bool)
     reference[holdout] = True
+    kept = protect_decision_columns(query_names)
     for index in range(len(keep)):
+        original = logits[index][:, kept].copy()
         logits[index] = defense.apply(logits[index], labels, keep[index],
                                       **({"holdout_mask": reference}
                                          if getattr(defense, "needs_holdout", False) else {}))
+        logits[index][:, kept] = original
 
 
 def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
@@ -647,9 +652,11 @@ def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned)
     if cfg.output_defense is not None:
-        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
+        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
+                             list(cfg.queries))
     data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries), population=plan.split.population)
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       features=input_features(planned.pool.x))
     targets = list(plan.targets)
     records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
     privacy = privacy_summary(records)

@@ -21,6 +21,8 @@ class AttackInput:
     population: indices of the attacker's population samples (RMIA's z, Attack-P): outputs
         exist for them, no model trained on them (their keep columns are all False) and they
         are never evaluated. Empty when the audit reserved none.
+    features: (N, F) the attacker's view of each pool input (:mod:`miaudit.features`), for
+        attacks that regress on the example (QMIA); None when only outputs exist.
     """
 
     logits: np.ndarray
@@ -28,6 +30,7 @@ class AttackInput:
     keep: np.ndarray
     query_names: list[str]
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    features: np.ndarray | None = None
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -36,6 +39,8 @@ class AttackInput:
             raise ValueError(f"logits {self.logits.shape} do not match keep {self.keep.shape}")
         if self.labels.shape != (samples,):
             raise ValueError(f"labels {self.labels.shape} do not match {samples} samples")
+        if self.features is not None and len(self.features) != samples:
+            raise ValueError(f"features {self.features.shape} do not match {samples} samples")
 
     @property
     def num_models(self) -> int:
@@ -56,9 +61,17 @@ class AttackInput:
         return self._signals[name]
 
     def query_index(self, names: list[str] | None) -> np.ndarray:
-        """Column indices of the given query specs (all queries when ``names`` is None)."""
+        """Column indices of the given query specs. ``names`` None: every query that releases
+        scores, i.e. all but the label-only ones (:mod:`miaudit.label_queries`), which an
+        attack reads only by name."""
         if names is None:
-            return np.arange(len(self.query_names))
+            from miaudit.label_queries import is_label_only
+
+            scored = [i for i, n in enumerate(self.query_names) if not is_label_only(n)]
+            if not scored:
+                raise ValueError(f"every query ({self.query_names}) releases labels only: a "
+                                 "score-based attack needs a query such as 'identity'")
+            return np.array(scored)
         missing = [n for n in names if n not in self.query_names]
         if missing:
             raise ValueError(f"queries {missing} were not collected; have {self.query_names}")
@@ -83,6 +96,8 @@ class Attack:
     min_references: int = 1
     #: True for attacks that need the attacker's population data (``AttackInput.population``)
     needs_population: bool = False
+    #: True for attacks that need the attacker's view of the inputs (``AttackInput.features``)
+    needs_features: bool = False
 
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
         return self.evaluate(data, target, references).scores
