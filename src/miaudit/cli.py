@@ -216,6 +216,24 @@ def score(
     print_summary(results.summary, console)
 
 
+@app.command("plan")
+def plan_command(run_dir: Annotated[Path, typer.Argument(help="a finished audit's directory")]
+                 ) -> None:
+    """How many reference models the audit needs: re-score its reference-based attacks with
+    2, 4, 8, ... references (TPR@0.1%/1% with intervals, AUC) and extrapolate where another
+    doubling stops mattering; stored in results.json (reference_planner)."""
+    from miaudit.reference_planner import format_plan, plan_run
+
+    try:
+        plan = plan_run(run_dir)
+    except MiauditError as error:
+        raise fail(error) from None
+    except OSError as error:
+        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
+    for line in format_plan(plan):
+        console.print(line, markup=False, highlight=False)
+
+
 @app.command("config")
 def show_config(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,

@@ -645,18 +645,26 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep
         logits[index][:, kept] = original
 
 
-def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
-    """Score every attack on every target over the audited samples; write the scores as one
-    generation; return the summary (not yet published)."""
+def attack_input(run: RunDir, planned: Audit) -> AttackInput:
+    """What the attacks see: every model's stored outputs (defended when configured), the
+    keep matrix, the population and the attacker's features of the inputs."""
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned)
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
                              list(cfg.queries))
-    data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
+    return AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population,
                        features=input_features(planned.pool.x))
+
+
+def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
+    """Score every attack on every target over the audited samples; write the scores as one
+    generation; return the summary (not yet published)."""
+    cfg, plan = planned.cfg, planned.plan
+    data = attack_input(run, planned)
+    labels, logits = data.labels, data.logits
     targets = list(plan.targets)
     records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in targets]
     privacy = privacy_summary(records)

@@ -1,0 +1,178 @@
+"""The attack-power planner: how many reference models does an audit need?
+
+From a finished audit's own outputs, every reference-based attack is re-scored with 2, 4, 8,
+... of each target's references (and with all of them, the audit's own number), giving AUC and
+TPR at 0.1% and 1% FPR with their intervals (``metrics.summarize``'s, whichever interval that
+module defines) against the number of references. The increments of TPR@0.1% between
+doublings are fitted by a geometric decay (log-linear least squares over the doublings), and
+the planner reports the smallest number of references at which the next doubling is expected
+to change TPR@0.1% by less than the half-width of its interval at the audit's own number: more
+references than that buy less than the measurement can resolve.
+
+Reference subsets are nested and balanced: whole complementary pairs of the family first (the
+target's own partner last), so that with 2k references every sample is a member of exactly k
+of them, as in the paper designs the attacks come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miaudit import metrics
+from miaudit.attacks import AttackInput
+from miaudit.config import Spec, attack_label, build_attack
+
+#: the FPR levels the planner follows; the first is the one it extrapolates
+PLANNER_LEVELS = (1e-3, 1e-2)
+
+
+def reference_counts(available: int, minimum: int) -> list[int]:
+    """2, 4, 8, ... below ``available``, then ``available`` itself (the audit's own number);
+    counts below the attack's ``minimum`` are left out."""
+    counts = [2 ** j for j in range(1, 64) if 2 ** j < available]
+    return [k for k in [*counts, available] if k >= max(minimum, 1)]
+
+
+def nested_order(references: np.ndarray, pair_of: Callable[[int], int]) -> np.ndarray:
+    """References ordered by complementary pair, complete pairs first, so that every prefix
+    of even length is balanced (each sample IN for exactly half of it)."""
+    pairs: dict[int, list[int]] = {}
+    for model in references.tolist():
+        pairs.setdefault(pair_of(model), []).append(model)
+    complete = [m for p in sorted(pairs) if len(pairs[p]) == 2 for m in pairs[p]]
+    single = [m for p in sorted(pairs) if len(pairs[p]) != 2 for m in pairs[p]]
+    return np.array(complete + single, dtype=np.int64)
+
+
+def enough_references(counts: list[int], tpr: list[float],
+                      half_width: float) -> dict[str, Any]:
+    """The smallest count whose next doubling is expected to change TPR by < ``half_width``.
+
+    Increments between consecutive doublings d_j = tpr[j+1] - tpr[j] are fitted as
+    log |d_j| = a + b j (least squares); with b < 0 the first j (observed or extrapolated)
+    whose |d_j| < half_width gives counts[0] * 2^j. Only the power-of-two counts enter (the
+    audit's own number, when no power of two, is not a doubling)."""
+    doubling = [(k, t) for k, t in zip(counts, tpr) if k & (k - 1) == 0]
+    if len(doubling) < 2:
+        return {"references": None, "how": "fewer than two doublings measured"}
+    values = np.array([t for _, t in doubling])
+    steps = np.abs(np.diff(values))
+    first = doubling[0][0]
+    below = np.flatnonzero(steps < half_width)
+    if below.size:
+        return {"references": int(first * 2 ** below[0]), "how": "observed"}
+    if len(steps) < 2:
+        return {"references": None, "how": "one doubling measured, which still changes TPR "
+                                          "by more than its interval: add references"}
+    index = np.arange(len(steps))
+    slope, intercept = np.polyfit(index, np.log(np.maximum(steps, 1e-12)), 1)
+    if slope >= 0:
+        return {"references": None, "how": "increments do not shrink with doubling: no "
+                                          "extrapolation"}
+    j = int(np.ceil((np.log(half_width) - intercept) / slope))
+    return {"references": int(first * 2 ** max(j, 0)), "how": "extrapolated",
+            "fit": {"log_increment_intercept": float(intercept),
+                    "log_increment_per_doubling": float(slope)}}
+
+
+def plan_attack(attack: Any, data: AttackInput, targets: list[int],
+                references: Callable[[int], np.ndarray], audited: np.ndarray,
+                pair_of: Callable[[int], int]) -> dict[str, Any]:
+    """Pooled metrics of one attack at each reference count, and the planner's verdict."""
+    ordered = {t: nested_order(references(t), pair_of) for t in targets}
+    available = min(len(r) for r in ordered.values())
+    counts = reference_counts(available, attack.min_references)
+    members = data.keep[targets][:, audited].ravel()
+    rows: dict[str, list[Any]] = {"references": counts, "auc": []}
+    keys = [metrics.tpr_key(level) for level in PLANNER_LEVELS]
+    for key in keys:
+        rows[key], rows[f"{key}_ci"] = [], []
+    for count in counts:
+        scores = np.concatenate([np.asarray(attack.score(data, t, ordered[t][:count]))[audited]
+                                 for t in targets])
+        summary = metrics.summarize(scores, members, fpr_levels=PLANNER_LEVELS)
+        rows["auc"].append(summary["auc"])
+        for key in keys:
+            rows[key].append(summary[key])
+            rows[f"{key}_ci"].append(summary[f"{key}_ci"])
+    low, high = rows[f"{keys[0]}_ci"][-1]
+    verdict = enough_references(counts, rows[keys[0]], (high - low) / 2)
+    return {**rows, "enough_references": verdict["references"], "how": verdict["how"],
+            **({"fit": verdict["fit"]} if "fit" in verdict else {})}
+
+
+def plan_references(data: AttackInput, specs: list[Spec], targets: list[int],
+                    references: Callable[[int], np.ndarray], audited: np.ndarray,
+                    pair_of: Callable[[int], int] = lambda m: m // 2) -> dict[str, Any]:
+    """The planner over every attack spec that uses reference models (the others are listed
+    as reference-free)."""
+    planned: dict[str, Any] = {}
+    reference_free = []
+    for index, spec in enumerate(specs):
+        label, _, _ = attack_label(spec)
+        attack = build_attack(spec, f"attacks[{index}]")
+        if attack.min_references == 0:  # LOSS, Attack-P, QMIA, uncalibrated label attacks
+            reference_free.append(label)
+            continue
+        planned[label] = plan_attack(attack, data, targets, references, audited, pair_of)
+    return {
+        "attacks": planned, "reference_free": reference_free, "targets": list(targets),
+        "levels": list(PLANNER_LEVELS),
+        "interval": "the metrics module's interval for TPR at each level, pooled over targets; "
+                    "enough_references: the smallest count whose next doubling is expected to "
+                    "change TPR@0.1% by less than half that interval at the audit's own count",
+    }
+
+
+def format_plan(plan: dict[str, Any]) -> list[str]:
+    """Plain-text lines of the planner's table (for ``miaudit plan``)."""
+    lines = []
+    for label, rows in plan["attacks"].items():
+        lines.append(f"{label}: enough references = {rows['enough_references']} "
+                     f"({rows['how']})")
+        lines.append(f"  {'refs':>5s} {'AUC':>6s} "
+                     + " ".join(f"{'TPR@' + metrics.level_name(v) + ' [interval]':>24s}"
+                                for v in PLANNER_LEVELS))
+        for i, count in enumerate(rows["references"]):
+            cells = [f"{100 * rows[k][i]:6.2f}% [{100 * rows[k + '_ci'][i][0]:.2f}, "
+                     f"{100 * rows[k + '_ci'][i][1]:.2f}]"
+                     for k in map(metrics.tpr_key, PLANNER_LEVELS)]
+            lines.append(f"  {count:5d} {rows['auc'][i]:6.3f} {cells[0]:>24s} {cells[1]:>24s}")
+    if plan["reference_free"]:
+        lines.append(f"reference-free (not planned): {', '.join(plan['reference_free'])}")
+    return lines
+
+
+def plan_run(run_dir: Path) -> dict[str, Any]:
+    """The planner over a finished audit's directory: re-plans the audit from the config in
+    its results.json (the data must be where the audit found it), reloads the stored outputs
+    (no model is trained or queried), and adds ``reference_planner`` to results.json."""
+    from miaudit.config import validate_config
+    from miaudit.errors import RunDirError
+    from miaudit.io import write_json
+    from miaudit.pipeline import attack_input, plan_audit
+    from miaudit.results import load_summary
+    from miaudit.rundir import RunDir
+
+    summary = load_summary(run_dir)
+    if summary["config"].get("source") == "external outputs":
+        raise RunDirError(f"{run_dir} was scored from outputs made elsewhere; the planner "
+                          "re-scores an audit's own outputs (run `miaudit audit`)")
+    planned = plan_audit(validate_config(summary["config"]))
+    run = RunDir(Path(run_dir))
+    if not np.array_equal(run.read_keep(), planned.plan.keep):
+        raise RunDirError(f"{run_dir}: its stored memberships differ from its config's plan; "
+                          "rerun the audit")
+    with run.lock():
+        data = attack_input(run, planned)
+        plan = planned.plan
+        result = plan_references(data, list(planned.cfg.attacks), list(summary["targets"]),
+                                 plan.references, plan.split.audited,
+                                 pair_of=lambda m: plan.family_index(m) // 2)
+        summary["reference_planner"] = result
+        write_json(Path(run_dir) / "results.json", summary)
+    return result
