@@ -60,6 +60,10 @@ def test_plan_command_reports_the_curve(label_runs):
     assert planner["attacks"]["lira"]["references"] == [2, 4, 7]
     assert set(planner["attacks"]) == {"lira", "label_augmentation:calibrate=true"}
     assert len(planner["attacks"]["lira"]["tpr@0.1%_ci"]) == 3
+    report = CliRunner().invoke(app, ["report", str(plain.run_dir), "--html"])
+    assert report.exit_code == 0, report.output
+    html = (plain.run_dir / "report.html").read_text()
+    assert "How many reference models" in html and html.count("<svg") >= 2
 
 
 def test_planner_pieces():

@@ -232,6 +232,10 @@ def plan_command(run_dir: Annotated[Path, typer.Argument(help="a finished audit'
         raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
     for line in format_plan(plan):
         console.print(line, markup=False, highlight=False)
+    from miaudit.reporting.html import REPORT_FILE, write_html_report
+
+    if (run_dir / REPORT_FILE).exists():  # keep an existing report in step with results.json
+        console.print(f"HTML report: {write_html_report(run_dir)}", markup=False)
 
 
 @app.command("config")
