@@ -204,3 +204,22 @@ def test_rotation_null(spec, world):
 @pytest.mark.parametrize("spec", LABEL_SPECS)
 def test_rotation_positive_control(spec, world):
     assert pooled(spec, world, memorizing_target=True)["auc"] > 0.6
+
+
+def test_names_and_declared_requirements():
+    """Scripts rely on these names; QMIA uses no reference model but needs population data
+    and the attacker's features, and says so clearly when either is missing."""
+    assert {"label_augmentation", "boundary_distance", "qmia"} <= set(ATTACKS.names())
+    qmia = ATTACKS.build("qmia")
+    assert (qmia.min_references, qmia.needs_population, qmia.needs_features) == (0, True, True)
+    assert ATTACKS.build("label_augmentation", calibrate=True).min_references == 1
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 10, 1, 3)).astype(np.float32)
+    keep = np.array([[True] * 5 + [False] * 5, [False] * 5 + [True] * 5])
+    bare = AttackInput(logits, rng.integers(0, 3, 10), keep, ["identity"])
+    with pytest.raises(ValueError, match="data.population_size"):
+        qmia.score(bare, 0, np.array([], dtype=np.int64))
+    keep[:, 8:] = False
+    no_features = AttackInput(logits, bare.labels, keep, ["identity"], population=np.arange(8, 10))
+    with pytest.raises(ValueError, match="features"):
+        qmia.score(no_features, 0, np.array([], dtype=np.int64))

@@ -57,6 +57,16 @@ def fit_regressor(features: np.ndarray, targets: np.ndarray, loss: str, level: f
                   hidden: tuple[int, ...], epochs: int, seed: int) -> nn.Sequential:
     """A small MLP from attacker features to the quantile (1 output) or to (mean, log std)
     (2 outputs), trained with Adam on mini-batches of 256."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 64-wide MLP: thread hand-offs cost more than they give
+    try:
+        return _fit(features, targets, loss, level, hidden, epochs, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(features: np.ndarray, targets: np.ndarray, loss: str, level: float,
+         hidden: tuple[int, ...], epochs: int, seed: int) -> nn.Sequential:
     torch.manual_seed(seed)
     x = torch.as_tensor(features, dtype=torch.float32)
     y = torch.as_tensor(targets, dtype=torch.float32)
