@@ -79,3 +79,25 @@ def test_planner_pieces():
     observed = enough_references([2, 4, 8, 16], [0.10, 0.18, 0.182, 0.24], 0.006)
     assert observed == {"references": 4, "how": "observed"}
     assert enough_references([2, 4, 8], [0.1, 0.2, 0.4], 0.01)["references"] is None
+
+
+def test_output_defenses_leave_boundary_distances_alone():
+    """Label-only MemGuard keeps every label: it leaves the stored distances as they are and
+    defends the score column; a defense that may change labels is refused with boundary
+    queries (the distances would describe a model nobody queries)."""
+    from miaudit.errors import ConfigError
+    from miaudit.pipeline import apply_output_defense
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 6, 2, 3)).astype(np.float32)
+    logits[:, :, 1] = np.eye(3, dtype=np.float32)[logits[:, :, 0].argmax(-1)] * 1.7
+    keep = np.array([[True] * 3 + [False] * 3, [False] * 3 + [True] * 3])
+    names = ["identity", "boundary:budget=10"]
+    before = logits.copy()
+    apply_output_defense(logits, "memguard_label_only", np.zeros(6, dtype=np.int64), keep,
+                         np.zeros(0, dtype=np.int64), names)
+    np.testing.assert_array_equal(logits[:, :, 1], before[:, :, 1])
+    assert not np.allclose(logits[:, :, 0], before[:, :, 0])
+    with pytest.raises(ConfigError, match="boundary queries"):
+        apply_output_defense(before, "memguard", np.zeros(6, dtype=np.int64), keep,
+                             np.zeros(0, dtype=np.int64), names)

@@ -223,3 +223,23 @@ def test_names_and_declared_requirements():
     no_features = AttackInput(logits, bare.labels, keep, ["identity"], population=np.arange(8, 10))
     with pytest.raises(ValueError, match="features"):
         qmia.score(no_features, 0, np.array([], dtype=np.int64))
+
+
+def test_whitebox_boundary_matches_the_linear_distance():
+    """method=whitebox (DeepFool, then a label-only binary search): on a linear 3-class model
+    the distance to the nearest of the two other classes' boundaries, computed in closed form
+    (min over k of (z_y - z_k) / |w_y - w_k|), to within 0.1%."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(10, 3)
+    x = torch.randn(32, 10)
+    with torch.no_grad():
+        logits = model(x)
+        labels = logits.argmax(-1)
+        weight = model.weight
+        gaps = logits.gather(1, labels[:, None]) - logits  # (N, C) z_y - z_k
+        norms = (weight[labels][:, None, :] - weight[None]).norm(dim=-1)
+        truth = torch.where(gaps > 0, gaps / norms.clamp_min(1e-12), torch.inf).min(1).values
+    out = build_query("boundary:method=whitebox,budget=50")(lambda b: model(b), x)
+    found = out.max(-1).values - 1
+    assert torch.equal(out.argmax(-1), labels)
+    torch.testing.assert_close(found, truth, rtol=1e-3, atol=1e-5)

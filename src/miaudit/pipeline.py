@@ -637,6 +637,10 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep
     reference = np.zeros(keep.shape[1], dtype=bool)
     reference[holdout] = True
     kept = protect_decision_columns(query_names)
+    if kept.size and not getattr(defense, "preserves_labels", False):
+        raise ConfigError("boundary queries measure the undefended model's decision boundary; "
+                          f"output defense {spec!r} may change labels, so drop the boundary "
+                          "queries or use memguard_label_only")
     for index in range(len(keep)):
         original = logits[index][:, kept].copy()
         logits[index] = defense.apply(logits[index], labels, keep[index],
