@@ -28,6 +28,7 @@ import math
 import numpy as np
 import torch
 
+from miaudit.errors import ConfigError
 from miaudit.queries import Forward, Query
 from miaudit.registry import QUERIES, parse_spec
 
@@ -43,7 +44,7 @@ def is_label_only(spec: str) -> bool:
     """True for the specs of label-only queries (``label:...``, ``boundary:...``)."""
     try:
         return query_name(spec) in LABEL_ONLY_QUERIES
-    except Exception:  # a malformed name is not ours to judge here
+    except ConfigError:  # a malformed spec is not ours to judge here (config validation is)
         return False
 
 

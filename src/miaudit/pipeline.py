@@ -41,6 +41,7 @@ from miaudit.config import (
     ModelConfig,
     RobustEvalConfig,
     TrainConfig,
+    build_attack,
     build_output_defense,
     build_recipe,
     load_config,
@@ -658,9 +659,11 @@ def attack_input(run: RunDir, planned: Audit) -> AttackInput:
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
                              list(cfg.queries))
+    wants_features = any(getattr(build_attack(spec, f"attacks[{i}]"), "needs_features", False)
+                         for i, spec in enumerate(cfg.attacks))
     return AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population,
-                       features=input_features(planned.pool.x))
+                       features=input_features(planned.pool.x) if wants_features else None)
 
 
 def score_stage(run: RunDir, planned: Audit) -> dict[str, Any]:
