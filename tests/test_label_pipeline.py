@@ -72,12 +72,17 @@ def test_planner_pieces():
     # target 0 of 8: its partner 1 goes last; pairs (2,3), (4,5), (6,7) first
     np.testing.assert_array_equal(nested_order(np.arange(1, 8), lambda m: m // 2),
                                   [2, 3, 4, 5, 6, 7, 1])
-    # increments 0.08, 0.04, 0.02 (halving per doubling) and half-width 0.006: the fit gives
-    # log d_j = log 0.08 - j log 2, below 0.006 from j = ceil(log2(0.08 / 0.006)) = 4
+    # steps 0.08, 0.04, 0.02 from counts 2, 4, 8 (halving per doubling), half-width 0.006: the
+    # fit log d = log 0.16 - log2(k) log 2 falls below 0.006 once log2(k) > log2(0.16 / 0.006)
+    # = 4.74, so from k = 2^5 = 32 (its doubling to 64 changes TPR by about 0.005)
     verdict = enough_references([2, 4, 8, 16], [0.10, 0.18, 0.22, 0.24], 0.006)
-    assert verdict["how"] == "extrapolated" and verdict["references"] == 2 * 2 ** 4
-    observed = enough_references([2, 4, 8, 16], [0.10, 0.18, 0.182, 0.24], 0.006)
+    assert verdict["how"] == "extrapolated" and verdict["references"] == 32
+    # steps 0.08, 0.002, 0.002: from 4 on every measured doubling is below the half-width
+    observed = enough_references([2, 4, 8, 16], [0.10, 0.18, 0.182, 0.184], 0.006)
     assert observed == {"references": 4, "how": "observed"}
+    # a step below the half-width followed by a larger one is no evidence of saturation
+    assert enough_references([2, 4, 8, 16], [0.10, 0.18, 0.182, 0.24], 0.006)["how"] != \
+        "observed"
     assert enough_references([2, 4, 8], [0.1, 0.2, 0.4], 0.01)["references"] is None
 
 

@@ -3,8 +3,8 @@
 From a finished audit's own outputs, every reference-based attack is re-scored with 2, 4, 8,
 ... of each target's references (and with all of them, the audit's own number), giving AUC and
 TPR at 0.1% and 1% FPR with their intervals (``metrics.summarize``'s, whichever interval that
-module defines) against the number of references. The increments of TPR@0.1% between
-doublings are fitted by a geometric decay (log-linear least squares over the doublings), and
+module defines) against the number of references. The steps of TPR@0.1% between
+doublings are fitted by a power law in the count (log-linear least squares), and
 the planner reports the smallest number of references at which the next doubling is expected
 to change TPR@0.1% by less than the half-width of its interval at the audit's own number: more
 references than that buy less than the measurement can resolve.
@@ -52,31 +52,27 @@ def enough_references(counts: list[int], tpr: list[float],
                       half_width: float) -> dict[str, Any]:
     """The smallest count whose next doubling is expected to change TPR by < ``half_width``.
 
-    Increments between consecutive doublings d_j = tpr[j+1] - tpr[j] are fitted as
-    log |d_j| = a + b j (least squares); with b < 0 the first j (observed or extrapolated)
-    whose |d_j| < half_width gives counts[0] * 2^j. Only the power-of-two counts enter (the
-    audit's own number, when no power of two, is not a doubling)."""
-    doubling = [(k, t) for k, t in zip(counts, tpr) if k & (k - 1) == 0]
-    if len(doubling) < 2:
+    The steps between consecutive counts, d_j = |tpr[j+1] - tpr[j]| (each count about double
+    the one before; the audit's own count ends the list), are fitted as
+    log d_j = a + b log2(counts[j]) by least squares. "observed": from some measured count on,
+    every later step is already below ``half_width``; "extrapolated": with b < 0, the first
+    power of two 2^m at which the fitted step falls below it."""
+    if len(counts) < 3:
         return {"references": None, "how": "fewer than two doublings measured"}
-    values = np.array([t for _, t in doubling])
-    steps = np.abs(np.diff(values))
-    first = doubling[0][0]
-    below = np.flatnonzero(steps < half_width)
-    if below.size:
-        return {"references": int(first * 2 ** below[0]), "how": "observed"}
-    if len(steps) < 2:
-        return {"references": None, "how": "one doubling measured, which still changes TPR "
-                                          "by more than its interval: add references"}
-    index = np.arange(len(steps))
-    slope, intercept = np.polyfit(index, np.log(np.maximum(steps, 1e-12)), 1)
+    steps = np.abs(np.diff(np.asarray(tpr, dtype=np.float64)))
+    small = steps < half_width
+    settled = [j for j in range(len(steps)) if small[j:].all()]
+    if settled:
+        return {"references": int(counts[settled[0]]), "how": "observed"}
+    x = np.log2(np.asarray(counts[:-1], dtype=np.float64))
+    slope, intercept = np.polyfit(x, np.log(np.maximum(steps, 1e-12)), 1)
     if slope >= 0:
-        return {"references": None, "how": "increments do not shrink with doubling: no "
+        return {"references": None, "how": "steps do not shrink with doubling: no "
                                           "extrapolation"}
-    j = int(np.ceil((np.log(half_width) - intercept) / slope))
-    return {"references": int(first * 2 ** max(j, 0)), "how": "extrapolated",
-            "fit": {"log_increment_intercept": float(intercept),
-                    "log_increment_per_doubling": float(slope)}}
+    power = int(np.ceil((np.log(half_width) - intercept) / slope))
+    return {"references": int(2 ** max(power, 1)), "how": "extrapolated",
+            "fit": {"log_step_intercept": float(intercept),
+                    "log_step_per_doubling": float(slope)}}
 
 
 def plan_attack(attack: Any, data: AttackInput, targets: list[int],
@@ -90,17 +86,21 @@ def plan_attack(attack: Any, data: AttackInput, targets: list[int],
     rows: dict[str, list[Any]] = {"references": counts, "auc": []}
     keys = [metrics.tpr_key(level) for level in PLANNER_LEVELS]
     for key in keys:
-        rows[key], rows[f"{key}_ci"] = [], []
+        rows[key], rows[f"{key}_ci"], rows[f"{key}_measurable"] = [], [], []
     for count in counts:
         scores = np.concatenate([np.asarray(attack.score(data, t, ordered[t][:count]))[audited]
                                  for t in targets])
         summary = metrics.summarize(scores, members, fpr_levels=PLANNER_LEVELS)
         rows["auc"].append(summary["auc"])
         for key in keys:
-            rows[key].append(summary[key])
-            rows[f"{key}_ci"].append(summary[f"{key}_ci"])
+            for suffix in ("", "_ci", "_measurable"):
+                rows[key + suffix].append(summary[key + suffix])
     low, high = rows[f"{keys[0]}_ci"][-1]
-    verdict = enough_references(counts, rows[keys[0]], (high - low) / 2)
+    if not all(rows[f"{keys[0]}_measurable"]):
+        verdict = {"references": None, "how": f"{keys[0]} not measurable at some count (tied "
+                                              "top scores or too few non-members)"}
+    else:
+        verdict = enough_references(counts, rows[keys[0]], (high - low) / 2)
     return {**rows, "enough_references": verdict["references"], "how": verdict["how"],
             **({"fit": verdict["fit"]} if "fit" in verdict else {})}
 
@@ -140,10 +140,12 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
         for i, count in enumerate(rows["references"]):
             cells = [f"{100 * rows[k][i]:6.2f}% [{100 * rows[k + '_ci'][i][0]:.2f}, "
                      f"{100 * rows[k + '_ci'][i][1]:.2f}]"
+                     if rows[k + "_measurable"][i] else "n/m"
                      for k in map(metrics.tpr_key, PLANNER_LEVELS)]
             lines.append(f"  {count:5d} {rows['auc'][i]:6.3f} {cells[0]:>24s} {cells[1]:>24s}")
     if plan["reference_free"]:
         lines.append(f"reference-free (not planned): {', '.join(plan['reference_free'])}")
+    lines.append("intervals: " + plan["interval"] + "; n/m: not measurable")
     return lines
 
 
