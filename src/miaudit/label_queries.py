@@ -74,15 +74,16 @@ class BoundaryQuery(Query):
     models (IBM ART does, but pulls in its own framework wrappers); vectorized over the batch:
     every sample runs the same iterations, so the per-sample budget is a bound for all.
 
-    Per iteration t (the paper's constants): the boundary point x_t, d = input dimension,
-    theta = d^(-3/2) (binary-search tolerance), delta_t = sqrt(d) * theta * ||x_t - x||
-    (probe radius), B_t = min(B0 sqrt(t), max_evals) probes u_b on the unit sphere; the
-    gradient-direction estimate v = mean_b (phi_b - mean phi) u_b (Eq. 9, baseline-corrected)
-    with phi_b = +1 where x_t + delta_t u_b is adversarial; step xi_t = ||x_t - x|| / sqrt(t),
-    halved until x_t + xi_t v is adversarial (geometric progression); then a binary search
-    between x and that point gives x_{t+1}. Initialization: uniform noise over the input range
-    until adversarial (``init_tries``), then a binary search towards x. Inputs are clipped to
-    the batch's [min, max] value range (the data's domain as the query stage sees it).
+    Per iteration t (the paper's constants): the boundary point x_t, d = input dimension, theta
+    = d^(-3/2) (binary-search tolerance), delta_t = sqrt(d) * theta * ||x_t - x|| (probe
+    radius), B_t = min(B0 sqrt(t), max_evals) probes u_b on the unit sphere; the gradient-
+    direction estimate, baseline-corrected as in the paper, v = mean_b (phi_b - mean phi) u_b
+    with phi_b = +1 where x_t + delta_t u_b is adversarial; the step xi_t = ||x_t - x|| /
+    sqrt(t), halved until x_t + xi_t v is adversarial (geometric progression); then a binary
+    search between x and that point gives x_{t+1}. Initialization: uniform noise over the input
+    range until adversarial (``init_tries``), then a binary search towards x. Inputs are
+    clipped to the batch's [min, max] value range (the data's domain as the query stage sees
+    it).
     Samples with no adversarial start within the tries get distance = the largest found in
     the batch (they are far from any boundary); counted nowhere else.
     """
@@ -229,8 +230,9 @@ def hop_skip_jump(decide, x: torch.Tensor, labels: torch.Tensor, budget: int,
             break
         gap = _norms(current - x)
         delta = math.sqrt(dims) * theta * gap
-        # Eq. 9 in one pass: sum_b (phi_b - mean phi) u_b = sum phi_b u_b - mean phi sum u_b;
-        # where every vote agrees the paper uses the plain mean phi_b u_b instead
+        # the baseline-corrected estimate in one pass: sum_b (phi_b - mean phi) u_b =
+        # sum phi_b u_b - mean phi sum u_b; where every vote agrees the paper uses the plain
+        # mean of phi_b u_b instead
         weighted, plain = torch.zeros_like(x), torch.zeros_like(x)
         votes = torch.zeros(len(x))
         for _ in range(probes):  # one probe per sample at a time: memory stays O(batch)

@@ -22,7 +22,7 @@ from miaudit.signals import _true_class
 
 
 def hinge_score(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """The paper's score s(x, y) = z_y - max_{j != y} z_j (its "hinge", Sec. 3), from
+    """The paper's score s(x, y) = z_y - max_{j != y} z_j (its "hinge" score), from
     (..., C) logits; unchanged by a per-row shift, so log-probabilities give the same value."""
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.broadcast_to(np.asarray(labels)[..., None], logits.shape[:-1] + (1,))
@@ -32,9 +32,9 @@ def hinge_score(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def pinball_loss(predicted: torch.Tensor, target: torch.Tensor, level: float) -> torch.Tensor:
-    """Mean pinball loss at quantile level tau = ``level`` (the paper's Eq. 2 with
-    tau = 1 - alpha): max(tau (s - q), (1 - tau) (q - s)). Its minimizer over constants is the
-    tau-quantile of s."""
+    """Mean pinball loss at quantile level tau = ``level`` (the paper's quantile-regression
+    objective with tau = 1 - alpha): max(tau (s - q), (1 - tau) (q - s)). Its minimizer over
+    constants is the tau-quantile of s."""
     error = target - predicted
     return torch.maximum(level * error, (level - 1.0) * error).mean()
 
@@ -96,7 +96,7 @@ class QMIA(Attack):
     """QMIA (Bertran et al. 2023): one regressor q, trained on the attacker's population data
     (non-members of the target), predicts for each example (x, y) a high quantile of the
     target's score s(x, y) = z_y - max_{j != y} z_j on non-members; x is declared a member at
-    FPR alpha when s(x, y) > q_{1-alpha}(x, y). The ROC ranks by s - q (Sec. 3). No reference
+    FPR alpha when s(x, y) > q_{1-alpha}(x, y). The ROC ranks by s - q. No reference
     model is trained: the cost is one small regressor instead of M models.
 
     The regressor's input is the attacker's view of the example, ``AttackInput.features``
@@ -107,10 +107,10 @@ class QMIA(Attack):
     features describe the example's difficulty).
 
     Options:
-      loss ("pinball" | "gaussian", "pinball"): "pinball": q trained with the pinball loss at
-        level 1 - alpha (Eq. 2), score s - q; "gaussian": (mu, log sigma) trained with the
-        Gaussian NLL (the paper's second form), score (s - mu) / sigma, whose threshold
-        Phi^-1(1 - alpha) gives the same test at every alpha.
+      loss ("pinball" | "gaussian", "pinball"): "pinball": q trained with the pinball loss
+        at level 1 - alpha (``pinball_loss``), score s - q; "gaussian": (mu, log sigma)
+        trained with the Gaussian NLL (the paper's second form), score (s - mu) / sigma,
+        whose threshold Phi^-1(1 - alpha) gives the same test at every alpha.
       alpha (float, 0.01): the target FPR whose quantile the pinball regressor predicts.
       population ("disjoint" | "target_nonmembers", "disjoint"); population_size (int | None).
       hidden (list[int], [64, 64]); epochs (int, 50); seed (int, 0);
