@@ -16,6 +16,7 @@ import time
 import torch
 
 from miaudit.models import build_model
+from miaudit.models.sde import sde_parameters
 from miaudit.registry import DATASETS, RECIPES
 from miaudit.training.engine import TrainEnv, TrainParams, accuracy
 
@@ -55,7 +56,7 @@ def main() -> None:
         torch.manual_seed(1)
         line = (f"{name:16s} train loss {log['loss'][-1]:.3f}  test acc "
                 f"{accuracy(model, data.x_test, data.y_test, device):.3f}")
-        if model.sde_parameters() is not None:  # noise off for an accuracy-only comparison
+        if sde_parameters(model) is not None:  # noise off for an accuracy-only comparison
             for block in model.modules():
                 if hasattr(block, "deterministic_eval"):
                     block.deterministic_eval = True

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from conftest import REPO, tiny_audit
-from miaudit import pipeline, registry
+from miaudit import modeljob, pipeline, registry
 from miaudit.config import ConfigError, load_config, validate_config
 from miaudit.registry import MODELS, parse_spec
 
@@ -62,7 +62,7 @@ def test_a_pretrained_target_is_audited_and_only_references_train(tmp_path, monk
     pool = planned.pool
     members = np.sort(np.random.default_rng(0).choice(len(pool), len(pool) // 2, replace=False))
     torch.manual_seed(0)
-    model = pipeline.build_registry_model(planned.cfg.model, pool)
+    model = modeljob.build_registry_model(planned.cfg.model, pool)
     x, y = pool.x[torch.from_numpy(members)], pool.y[torch.from_numpy(members)]
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(300):  # the user's own training, outside miaudit
@@ -72,8 +72,8 @@ def test_a_pretrained_target_is_audited_and_only_references_train(tmp_path, monk
     torch.save(model.state_dict(), tmp_path / "target.pt")
     np.save(tmp_path / "members.npy", members)
     trained = []
-    real = pipeline.train_model
-    monkeypatch.setattr(pipeline, "train_model", lambda job, *a, **k: (
+    real = modeljob.train_model
+    monkeypatch.setattr(modeljob, "train_model", lambda job, *a, **k: (
         trained.append(job.index), real(job, *a, **k))[1])
     config = {**base, "target": {"weights": str(tmp_path / "target.pt"),
                                  "members": str(tmp_path / "members.npy")}}

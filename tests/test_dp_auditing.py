@@ -286,13 +286,13 @@ def test_cli_audit_validates_and_writes_json(tmp_path):
     from miaudit.cli import app
 
     runner = CliRunner()
-    bad = runner.invoke(app, ["privacy", "audit", "--canary-kind", "shiny"])
+    bad = runner.invoke(app, ["dp-audit", "--canary-kind", "shiny"])
     assert bad.exit_code == 2 and "canary_kind" in bad.output
-    bad = runner.invoke(app, ["privacy", "audit", "--recipe", "dpsgd"])  # no epsilon or noise
+    bad = runner.invoke(app, ["dp-audit", "--recipe", "dpsgd"])  # no epsilon or noise
     assert bad.exit_code == 2 and "target_epsilon" in bad.output
     out = tmp_path / "audit.json"
     torch.set_num_threads(1)
-    done = runner.invoke(app, ["privacy", "audit", "--epochs", "2", "--canaries", "16",
+    done = runner.invoke(app, ["dp-audit", "--epochs", "2", "--canaries", "16",
                                "--guesses", "4,4", "--output", str(out)])
     assert done.exit_code == 0, done.output
     report = json.loads(out.read_text())

@@ -79,8 +79,8 @@ def test_cuda_speedups_are_a_no_op_on_cpu():
 
 def test_train_ensemble_returns_what_train_model_returns():
     from miaudit.config import validate_config
-    from miaudit.pipeline import plan_audit, train_model
-    from miaudit.training.ensemble import train_ensemble
+    from miaudit.modeljob import train_ensemble, train_model
+    from miaudit.pipeline import plan_audit
 
     planned = plan_audit(validate_config({
         "data": {"name": "digits", "pool_size": 120}, "num_models": 4,

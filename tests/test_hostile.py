@@ -22,7 +22,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import pipeline, scoring
+from miaudit import modeljob, pipeline, scoring
 from miaudit.cli import app
 from miaudit.config import validate_config
 from miaudit.errors import ConfigError
@@ -43,13 +43,13 @@ def _run_dir(config) -> Path:
 
 
 def _count_training(monkeypatch):
-    real, trained = pipeline.train_model, []
+    real, trained = modeljob.train_model, []
 
     def counting(job, *args, **kwargs):
         trained.append(job.index)
         return real(job, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "train_model", counting)
+    monkeypatch.setattr(modeljob, "train_model", counting)
     return trained
 
 

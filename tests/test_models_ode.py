@@ -20,7 +20,13 @@ from miaudit.models.ode import (
     dp_incompatibilities,
 )
 from miaudit.models.resnet import ResBlock
-from miaudit.models.sde import NoiseSchedule, SDEBlock, drift_lipschitz_bound, srk4_step
+from miaudit.models.sde import (
+    NoiseSchedule,
+    SDEBlock,
+    drift_lipschitz_bound,
+    sde_parameters,
+    srk4_step,
+)
 from miaudit.recipes.replace_finetune import ReplaceFinetune
 from miaudit.registry import DATASETS, RECIPES
 from miaudit.training.engine import TrainEnv, TrainParams, fit
@@ -267,14 +273,14 @@ def test_default_sdenet_is_the_studys_sigma_two():
     convention: Oganesyan et al.'s increment W = k sqrt(dt) xi (per-step std 0.125, diffusion
     k, Theorem 4.1's sigma k sqrt(T) = 0.5); "paper": Theorem 4.1's sigma = 2 (per-step std
     sigma / sqrt(s) = 0.5, diffusion sigma / sqrt(T) = 2)."""
-    params = tiny("sdenet", steps=16).sde_parameters()
+    params = sde_parameters(tiny("sdenet", steps=16))
     assert (params["k"], params["T"], params["steps"]) == (0.5, 1.0, 16)
     assert params["convention"] == "oganesyan" and params["stepper"] == "srk4"
     assert params["sigma"] == pytest.approx(2.0)  # the Table-9 label
     assert params["per_step_std"] == pytest.approx(0.5 / 4)  # k sqrt(dt)
     assert params["diffusion"] == pytest.approx(0.5)
     assert params["sigma_theorem"] == pytest.approx(0.5)  # total std k sqrt(T)
-    paper = tiny("sdenet", steps=16, convention="paper").sde_parameters()
+    paper = sde_parameters(tiny("sdenet", steps=16, convention="paper"))
     assert paper["sigma"] == pytest.approx(2.0)
     assert paper["sigma_theorem"] == pytest.approx(2.0)
     assert paper["diffusion"] == pytest.approx(2.0)
@@ -287,22 +293,22 @@ def test_sigma_table_and_theorem_mapping():
     # Table 9 row s = 8, T = 0.5, k = 0.5 -> sigma = 2.
     assert NoiseSchedule(k=0.5, T=0.5, steps=8).sigma == pytest.approx(2.0)
     model = tiny("sdenet", sigma=2.0, T=2.0, steps=16, convention="paper")
-    params = model.sde_parameters()
+    params = sde_parameters(model)
     assert params["k"] == pytest.approx(2.0 * math.sqrt(2.0 / 16))
     assert params["sigma_theorem"] == pytest.approx(2.0)
     assert params["diffusion"] == pytest.approx(2.0 / math.sqrt(2.0))  # sigma / sqrt(T)
     assert params["per_step_std"] == pytest.approx(0.5)  # sigma / sqrt(s)
-    reference = tiny("sdenet", sigma=2.0, T=2.0, steps=16).sde_parameters()
+    reference = sde_parameters(tiny("sdenet", sigma=2.0, T=2.0, steps=16))
     assert reference["diffusion"] == pytest.approx(reference["k"])  # oganesyan: g = k
     assert reference["sigma_theorem"] == pytest.approx(reference["k"] * math.sqrt(2.0))
     model = tiny("sdenet", sigma=2.0, T=4.0, steps=16, convention="paper")
-    params = model.sde_parameters()
+    params = sde_parameters(model)
     assert params["k"] == pytest.approx(2.0 * math.sqrt(4.0 / 16))
     assert params["sigma_theorem"] == pytest.approx(2.0)
     assert params["diffusion"] == pytest.approx(1.0)  # sigma / sqrt(T)
     assert params["per_step_std"] == pytest.approx(0.5)  # sigma / sqrt(s)
     assert params["n_sde_blocks"] == 3 and params["lipschitz_bound"] is None
-    assert tiny("resnet14").sde_parameters() is None
+    assert sde_parameters(tiny("resnet14")) is None
 
 
 def test_sdenet_sigma_zero_is_deterministic():
@@ -342,7 +348,7 @@ def test_deterministic_eval_switch_and_n_sde_blocks():
     partial = tiny("sdenet", blocks=2, n_sde_blocks=2)
     stochastic = [m.stochastic for m in partial.modules() if isinstance(m, SDEBlock)]
     assert stochastic == [False] * 4 + [True] * 2
-    assert partial.sde_parameters()["n_sde_blocks"] == 2
+    assert sde_parameters(partial)["n_sde_blocks"] == 2
 
 
 def test_spectral_norm_gives_a_valid_lipschitz_bound():
@@ -352,7 +358,7 @@ def test_spectral_norm_gives_a_valid_lipschitz_bound():
     model.train()
     for _ in range(20):  # power iterations converge during forward passes
         model(x)
-    params = model.sde_parameters()
+    params = sde_parameters(model)
     assert params["spectral_norm"] and params["lipschitz_bound"] == pytest.approx(9.0, rel=0.05)
     block = next(m for m in model.modules() if isinstance(m, SDEBlock)).eval()
     bound = drift_lipschitz_bound(block.func)
@@ -450,7 +456,7 @@ def test_replace_finetune_keeps_pretrained_weights_and_replaces_last_group(digit
             torch.testing.assert_close(a, b)
     last = model.stages[-1].blocks
     assert isinstance(last, SDEBlock) and last.func.conv1.layer.out_channels == 32
-    assert model.sde_parameters()["k"] == pytest.approx(0.3)
+    assert sde_parameters(model)["k"] == pytest.approx(0.3)
     assert len(log["pretrain_loss"]) == 1
 
 

@@ -7,10 +7,11 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import pipeline
+from miaudit import modeljob, pipeline
 from miaudit.cli import app
 from miaudit.config import load_config, validate_config
 from miaudit.pipeline import audit
+from miaudit.stages import query as stage_query
 
 
 def _quiet(config):
@@ -74,7 +75,7 @@ def test_interrupted_run_resumes_without_retraining_and_gives_identical_results(
 
 def _count_training(monkeypatch, die_at=None):
     """Record which models train (and simulate a kill at model ``die_at``)."""
-    real, trained = pipeline.train_model, []
+    real, trained = modeljob.train_model, []
 
     def counting(job, *args, **kwargs):
         if job.index == die_at:
@@ -82,18 +83,18 @@ def _count_training(monkeypatch, die_at=None):
         trained.append(job.index)
         return real(job, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "train_model", counting)
+    monkeypatch.setattr(modeljob, "train_model", counting)
     return trained
 
 
 def _count_queries(monkeypatch):
-    real, queried = pipeline.query_outputs, []
+    real, queried = stage_query.query_outputs, []
 
     def counting(model, x, specs, *args, **kwargs):
         queried.append(tuple(specs))
         return real(model, x, specs, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "query_outputs", counting)
+    monkeypatch.setattr(stage_query, "query_outputs", counting)
     return queried
 
 

@@ -17,9 +17,9 @@ from scipy.stats import binomtest
 from torch import nn
 from typer.testing import CliRunner
 
+from miaudit.cli.privacy import app as privacy_app
 from miaudit.models import build_model
 from miaudit.privacy import accounting, bounds, nsde
-from miaudit.privacy.cli import app as privacy_app
 from miaudit.recipes.dpsgd import DPSGD, DPIncompatibleModelError, dp_incompatibilities
 from miaudit.registry import ACCOUNTANTS, RECIPES
 from miaudit.training import TrainEnv, TrainParams
@@ -273,7 +273,7 @@ def test_sde_blocks_in_sequence_cost_nothing_extra():
 def test_cli_nsde_theorem_forms():
     from typer.testing import CliRunner
 
-    from miaudit.privacy.cli import app as privacy_app
+    from miaudit.cli.privacy import app as privacy_app
 
     runner = CliRunner()
     result = runner.invoke(privacy_app, ["nsde", "--epsilon", "0.5"])

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from conftest import tiny_audit
 from miaudit import metrics
 from miaudit.cli import app
+from miaudit.cli.compare import exposed_from_config
 from miaudit.pipeline import audit
-from miaudit.reporting.cli import exposed_from_config
 from miaudit.reporting.compare import (
     CompareError,
     Comparison,

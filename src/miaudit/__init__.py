@@ -6,15 +6,15 @@ Public API: :func:`audit` (config -> :class:`Results`) and :class:`AuditConfig`.
 from typing import Any
 
 from miaudit.config import AuditConfig, ConfigError, load_config
+from miaudit.version import __version__ as __version__
 
 __all__ = ["AuditConfig", "ConfigError", "Results", "audit", "load_config"]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    # The pipeline pulls in every registry plugin; import it only when it is asked for.
+    # The stages pull in every registry plugin; import them only when they are asked for.
     if name in ("audit", "Results"):
-        from miaudit import pipeline
+        from miaudit import stages
 
-        return getattr(pipeline, name)
+        return getattr(stages, name)
     raise AttributeError(f"module 'miaudit' has no attribute {name!r}")

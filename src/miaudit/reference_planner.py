@@ -156,9 +156,10 @@ def plan_run(run_dir: Path) -> dict[str, Any]:
     from miaudit.config import validate_config
     from miaudit.errors import RunDirError
     from miaudit.io import write_json
-    from miaudit.pipeline import attack_input, plan_audit
     from miaudit.results import load_summary
     from miaudit.rundir import RunDir
+    from miaudit.stages.plan import plan_audit
+    from miaudit.stages.score import attack_input
 
     summary = load_summary(run_dir)
     if summary["config"].get("source") == "external outputs":

@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from miaudit import metrics
-from miaudit.io import read_array, save_figure
-from miaudit.rundir import RunDir, scores_name
+from miaudit.io import save_figure
+from miaudit.rundir import audited_members, read_scores
 
 TABLE_KEYS = (*(metrics.tpr_key(level) for level in metrics.DEFAULT_FPR_LEVELS), "auc",
               "balanced_accuracy")
@@ -96,18 +96,6 @@ def render_plots(run_root: Path, summary: dict[str, Any]) -> None:
     plot_roc(run_root, summary, curves)
     if "privacy" in summary or "nsde" in summary:
         plot_dp_bounds(run_root, summary, curves)
-
-
-def audited_members(run_root: Path, summary: dict[str, Any]) -> np.ndarray:
-    """(targets, audited) bool: the ground truth the stored scores are aligned with."""
-    run = RunDir(run_root)
-    audited = run.read_split()["audited"]
-    return run.read_keep()[summary["targets"]][:, audited]
-
-
-def read_scores(run_root: Path, summary: dict[str, Any], label: str) -> np.ndarray:
-    """(targets, audited) scores of one attack, from the generation results.json names."""
-    return read_array(Path(run_root) / summary["scores_dir"] / scores_name(label))
 
 
 def pooled_rocs(run_root: Path,

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torchdiffeq import odeint, odeint_adjoint
 
 from miaudit.models._base import scaled
-from miaudit.models.resnet import (
+from miaudit.models.staged import (
     Stage,
     StagedNet,
     check_norm,

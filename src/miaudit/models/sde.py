@@ -69,7 +69,7 @@ from torch import Tensor, nn
 from torch.nn.utils.parametrizations import spectral_norm as spectral_norm_wrap
 
 from miaudit.models.ode import ODEFunc, odenet_widths
-from miaudit.models.resnet import (
+from miaudit.models.staged import (
     StagedNet,
     check_norm,
     cifar_stem,

@@ -1,4 +1,4 @@
-"""Canaries and the training harness of an empirical DP audit (``miaudit privacy audit``).
+"""Canaries and the training harness of an empirical DP audit (``miaudit dp-audit``).
 
 A canary is a training sample whose membership the auditor controls and then tries to detect:
 
@@ -208,7 +208,7 @@ def _recipe(cfg: DPAuditConfig) -> Any:
 
 
 def _architecture(setup: Setup) -> torch.nn.Module:
-    from miaudit.pipeline import build_registry_model
+    from miaudit.modeljob import build_registry_model
 
     return build_registry_model(setup.cfg.model, setup.pool)
 
@@ -332,7 +332,7 @@ def multi_run(setup: Setup) -> DPAuditReport:
 
 
 def run_dp_audit(cfg: DPAuditConfig | dict[str, Any]) -> DPAuditReport:
-    """Validate, train, score and bound: the entry point of ``miaudit privacy audit``."""
+    """Validate, train, score and bound: the entry point of ``miaudit dp-audit``."""
     if not isinstance(cfg, DPAuditConfig):
         cfg = DPAuditConfig.model_validate(cfg)
     setup = prepare(cfg)

@@ -368,15 +368,11 @@ def training_epsilon(sigma: float, batch_size: int, dataset_size: int, epochs: f
 
 # -- models -------------------------------------------------------------------------------------
 def model_sde_parameters(model: nn.Module) -> dict[str, Any]:
-    """The SDE parameters of ``model``: its ``sde_parameters()`` method if it has one, else
-    :func:`miaudit.models.sde.sde_parameters`; a ValueError if the model has no SDE block."""
-    method = getattr(model, "sde_parameters", None)
-    if callable(method):
-        params = method()
-    else:
-        from miaudit.models.sde import sde_parameters
+    """The SDE parameters of ``model`` (:func:`miaudit.models.sde.sde_parameters`); a
+    ValueError if the model has no SDE block."""
+    from miaudit.models.sde import sde_parameters
 
-        params = sde_parameters(model)
+    params = sde_parameters(model)
     if not params:
         raise ValueError(f"model {type(model).__name__} has no stochastic (SDE) block")
     return params

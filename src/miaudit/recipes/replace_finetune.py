@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from miaudit.models.resnet import StagedNet
 from miaudit.models.sde import DEFAULT_CONVENTION, STEPPERS, noise_schedule, sde_block
+from miaudit.models.staged import StagedNet
 from miaudit.registry import RECIPES
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 

@@ -335,7 +335,7 @@ def planner_section(planner: dict[str, Any]) -> str:
 # -- the page -------------------------------------------------------------------------------
 def render_html(view: RunView) -> str:
     """The whole report page as a string."""
-    from miaudit import __version__
+    from miaudit.version import __version__
 
     best = view.best_attack()
     curves = family_curves(view) if view.has_scores() else None  # for the ROC and DP panels

@@ -147,7 +147,7 @@ class RunView:
 
     def provenance(self) -> dict[str, str]:
         """Who wrote the run and when: version, seed, device, time, hashes, run directory."""
-        from miaudit import __version__
+        from miaudit.version import __version__
 
         timing = self.summary.get("timing", {})
         written = self.summary.get("finished_at") or _mtime(self.root / "results.json")
@@ -201,7 +201,7 @@ class RunView:
     def members(self) -> np.ndarray:
         """(T, A) bool: membership of every audited sample in every target (the columns of
         the stored scores)."""
-        from miaudit.report import audited_members
+        from miaudit.rundir import audited_members
 
         return audited_members(self.root, self.summary)
 
@@ -211,7 +211,7 @@ class RunView:
 
     def scores(self, label: str) -> np.ndarray:
         """(T, A) per-sample scores of attack ``label`` (higher = member)."""
-        from miaudit.report import read_scores
+        from miaudit.rundir import read_scores
 
         return read_scores(self.root, self.summary, label)
 

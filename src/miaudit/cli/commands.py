@@ -1,4 +1,4 @@
-"""The ``miaudit`` command line (typer)."""
+"""The commands on runs: ``audit``, ``report``, ``score`` and ``config``."""
 
 from __future__ import annotations
 
@@ -9,38 +9,13 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from miaudit.cli.errors import errors, user_errors
 from miaudit.errors import MiauditError
-from miaudit.registry import (
-    ACCOUNTANTS,
-    ATTACKS,
-    DATASETS,
-    MODELS,
-    OUTPUT_DEFENSES,
-    PENALTIES,
-    QUERIES,
-    RECIPES,
-    Registry,
-    check_size,
-)
+from miaudit.registry import check_size
 
-app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
 # Piped output (files, CI logs) gets a wide console so attack labels stay on one line.
 console = Console() if sys.stdout.isatty() else Console(width=160)
-errors = Console(stderr=True)
-
-
-def fail(error: object) -> typer.Exit:
-    """Print a user error on one line (never parsed as markup, never wrapped mid-path) and
-    return the exit to raise (code 2)."""
-    message = " ".join(str(error).split("\n"))
-    # file names that are not UTF-8 (surrogate escapes) print as \xNN, never crash the print
-    message = message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    errors.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(2)
 
 _FLAG_FIELDS = {
     "dataset": "data.name", "data_dir": "data.data_dir", "pool_size": "data.pool_size",
@@ -79,7 +54,7 @@ def parse_set_items(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-@app.command()
+@user_errors()
 def audit(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file; "
                       "the embedded default (digits, small CNN, 16 models) when omitted.")] = None,
@@ -117,21 +92,16 @@ def audit(
     """Train the model family, attack every target, print the table, write the run directory.
     Rerunning resumes; raising --num-models or adding queries reuses every finished model."""
     from miaudit.config import load_config
-    from miaudit.pipeline import audit as run_audit
     from miaudit.report import print_summary
+    from miaudit.stages import audit as run_audit
 
     flags = {k: v for k, v in locals().items() if k in _FLAG_FIELDS}
-    try:
-        cfg = load_config(config, _overrides(flags, set_ or [], attacks, queries))
-        results = run_audit(cfg, console=errors, show_progress=not quiet, wait=wait)
-    except MiauditError as error:
-        raise fail(error) from None
-    except OSError as error:  # unwritable / full output directory, unreadable data
-        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
+    cfg = load_config(config, _overrides(flags, set_ or [], attacks, queries))
+    results = run_audit(cfg, console=errors, show_progress=not quiet, wait=wait)
     print_summary(results.summary, console)
 
 
-@app.command()
+@user_errors()
 def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
            plots: Annotated[bool, typer.Option(help="re-render roc.png (and the DP-bound "
                             "plot) from the stored scores")] = False,
@@ -142,27 +112,19 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     from miaudit.report import print_summary, render_plots
     from miaudit.results import load_summary
 
-    try:
-        summary = load_summary(run_dir)
-        summary["run_dir"] = str(run_dir)
-        if plots:
-            render_plots(run_dir, summary)
-    except MiauditError as error:
-        raise fail(error) from None
-    except OSError as error:
-        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
+    summary = load_summary(run_dir)
+    summary["run_dir"] = str(run_dir)
+    if plots:
+        render_plots(run_dir, summary)
     print_summary(summary, console)
     if html:  # the self-contained HTML report (miaudit.reporting)
-        from miaudit.reporting.cli import html_report
+        from miaudit.cli.compare import html_report
 
-        try:
-            written = html_report(run_dir, summary)
-        except MiauditError as error:
-            raise fail(error) from None
+        written = html_report(run_dir, summary)
         console.print(f"HTML report: {written}", markup=False)
 
 
-@app.command()
+@user_errors()
 def score(
     source: Annotated[Path | None, typer.Argument(help="an official-LiRA experiment folder "
                       "(one folder per model with keep.npy and logits/) or one bundle file "
@@ -193,52 +155,39 @@ def score(
 
     specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else \
         list(DEFAULT_ATTACKS)
-    try:
-        indices = None if population is None else np.load(population, allow_pickle=False)
-        if source is not None:
-            folder = {**({"epoch": epoch} if epoch is not None else {}),
-                      **({"labels": labels} if labels is not None else {})}
-            outputs = read_any(source, population=indices, balance=balance,
-                               **(folder if source.is_dir() else {}))
-        elif keep and logits and labels is not None:
-            outputs = read_outputs(keep if len(keep) > 1 else keep[0],
-                                   logits if len(logits) > 1 else logits[0], labels,
-                                   balance=balance, population=indices)
-        else:
-            raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
-                               "--labels")
-        results = score_outputs(outputs, specs, out, population=indices,
-                                name=out.name)
-    except MiauditError as error:
-        raise fail(error) from None
-    except OSError as error:
-        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
+    indices = None if population is None else np.load(population, allow_pickle=False)
+    if source is not None:
+        folder = {**({"epoch": epoch} if epoch is not None else {}),
+                  **({"labels": labels} if labels is not None else {})}
+        outputs = read_any(source, population=indices, balance=balance,
+                           **(folder if source.is_dir() else {}))
+    elif keep and logits and labels is not None:
+        outputs = read_outputs(keep if len(keep) > 1 else keep[0],
+                               logits if len(logits) > 1 else logits[0], labels,
+                               balance=balance, population=indices)
+    else:
+        raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
+                           "--labels")
+    results = score_outputs(outputs, specs, out, population=indices,
+                            name=out.name)
     print_summary(results.summary, console)
 
 
-@app.command("plan")
-def plan_command(run_dir: Annotated[Path, typer.Argument(help="a finished audit's directory")]
-                 ) -> None:
+@user_errors()
+def plan(run_dir: Annotated[Path, typer.Argument(help="a finished audit's directory")]) -> None:
     """How many reference models the audit needs: re-score its reference-based attacks with
     2, 4, 8, ... references (TPR@0.1%/1% with intervals, AUC) and extrapolate where another
     doubling stops mattering; stored in results.json (reference_planner)."""
     from miaudit.reference_planner import format_plan, plan_run
-
-    try:
-        plan = plan_run(run_dir)
-    except MiauditError as error:
-        raise fail(error) from None
-    except OSError as error:
-        raise fail(f"{error.strerror or error}: {error.filename or ''}".strip()) from None
-    for line in format_plan(plan):
-        console.print(line, markup=False, highlight=False)
     from miaudit.reporting.html import REPORT_FILE, write_html_report
 
+    for line in format_plan(plan_run(run_dir)):
+        console.print(line, markup=False, highlight=False)
     if (run_dir / REPORT_FILE).exists():  # keep an existing report in step with results.json
         console.print(f"HTML report: {write_html_report(run_dir)}", markup=False)
 
 
-@app.command("config")
+@user_errors()
 def show_config(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="key.path=value")] = None,
@@ -246,69 +195,5 @@ def show_config(
     """Print the resolved config (the defaults when no file is given) as YAML."""
     from miaudit.config import load_config
 
-    try:
-        cfg = load_config(config, _overrides({}, set_ or [], None, None))
-    except MiauditError as error:
-        raise fail(error) from None
+    cfg = load_config(config, _overrides({}, set_ or [], None, None))
     console.print(cfg.to_yaml(), markup=False, highlight=False, soft_wrap=True)
-
-
-def _listing(registry: Registry, title: str) -> None:
-    table = Table(title=title)
-    table.add_column("name")
-    table.add_column("description")
-    for name, description in registry.describe().items():
-        table.add_row(escape(name), escape(description))
-    console.print(table)
-
-
-_LISTINGS = {
-    "datasets": (DATASETS, "data sets"), "models": (MODELS, "models"),
-    "recipes": (RECIPES, "training recipes and defenses"), "penalties": (PENALTIES, "penalties"),
-    "attacks": (ATTACKS, "attacks"), "queries": (QUERIES, "query augmentations"),
-    "defenses": (OUTPUT_DEFENSES, "output defenses"), "accountants": (ACCOUNTANTS, "accountants"),
-}
-
-
-def _register_listing(command: str, registry: Registry, title: str) -> None:
-    def listing() -> None:
-        _listing(registry, title)
-
-    listing.__doc__ = f"List the registered {title}."
-    app.command(command)(listing)
-
-
-for _command, (_registry, _title) in _LISTINGS.items():
-    _register_listing(_command, _registry, _title)
-
-
-def _mount_dp_audit() -> None:
-    from miaudit.privacy.audit_cli import audit_command
-
-    app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (same as "
-                "`miaudit privacy audit`).")(audit_command)
-
-
-_mount_dp_audit()
-
-
-def _mount_privacy() -> None:
-    try:
-        from miaudit.privacy.cli import app as privacy_app
-    except ImportError:  # the privacy sub-commands are optional at import time
-        return
-    app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")
-
-
-_mount_privacy()
-from miaudit.reporting.cli import compare  # noqa: E402  (the run comparison, its own module)
-
-app.command()(compare)
-
-
-def main() -> None:  # pragma: no cover - console-script entry
-    app()
-
-
-if __name__ == "__main__":  # python -m miaudit.cli
-    app()

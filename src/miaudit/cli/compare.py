@@ -1,4 +1,4 @@
-"""``miaudit compare`` (mounted by miaudit.cli) and the helpers of ``miaudit report --html``."""
+"""``miaudit compare`` and the helpers of ``miaudit report --html``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from miaudit.errors import RunDirError
+from miaudit.cli.errors import errors, user_errors
+from miaudit.reporting.compare import (
+    CompareError,
+    comparison,
+    load_views,
+    rich_table,
+    write_compare_html,
+)
 
 console = Console() if sys.stdout.isatty() else Console(width=200)
-errors = Console(stderr=True)
 
 
+@user_errors(CompareError, KeyError)
 def compare(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories (or results.json "
                                                    "files)")],
@@ -27,20 +34,8 @@ def compare(
 ) -> None:
     """Compare runs: one row per run (labelled by what differs between their configs), target
     accuracy and gap, and per attack TPR@0.1% FPR [95% CI], TPR@1% FPR and AUC."""
-    from miaudit.reporting.compare import (
-        CompareError,
-        comparison,
-        load_views,
-        rich_table,
-        write_compare_html,
-    )
-
     chosen = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
-    try:
-        table = comparison(load_views(run_dirs), chosen)
-    except (CompareError, RunDirError, KeyError) as error:
-        errors.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
-        raise typer.Exit(2) from None
+    table = comparison(load_views(run_dirs), chosen)
     console.print(rich_table(table))
     if html is not None:
         console.print(f"HTML comparison: {write_compare_html(table, html)}", markup=False)
@@ -61,12 +56,12 @@ def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
 
 def exposed_from_config(run_dir: Path, summary: dict[str, Any]) -> Path:
     """Rebuild the run's pool from its config and write exposed.npz for its strongest attack
-    (the audit pipeline writes it directly; this serves runs made before it did)."""
+    (the audit's report stage writes it directly; this serves runs made before it did)."""
     from miaudit.config import validate_config
-    from miaudit.pipeline import load_pool
     from miaudit.reporting.exposed import write_exposed_samples
     from miaudit.reporting.run_view import RunView
     from miaudit.rundir import RunDir
+    from miaudit.stages.plan import load_pool
 
     view = RunView(run_dir, summary)
     pool = load_pool(validate_config(view.config))

@@ -1,4 +1,4 @@
-"""``miaudit privacy audit``: an empirical DP audit with canaries (one run or R runs)."""
+"""``miaudit dp-audit``: an empirical DP audit with canaries (one run or R runs)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from miaudit.cli.errors import user_errors
 from miaudit.errors import MiauditError
-from miaudit.registry import UnknownNameError, parse_spec
+from miaudit.registry import parse_spec
 
 console = Console()
 
@@ -65,6 +66,7 @@ def load_dp_config(path: Path) -> Any:
     return DPAuditConfig.model_validate(raw.get("dp_audit", raw))
 
 
+@user_errors(ValidationError, ValueError)
 def audit_command(
         dataset: Annotated[str, typer.Option(help="data set spec, e.g. digits")] = "digits",
         model: Annotated[str, typer.Option(help="model spec, e.g. mlp or "
@@ -105,17 +107,13 @@ def audit_command(
     Jagielski et al. 2020 with R runs) and print it beside the claimed epsilon."""
     from miaudit.privacy.canary import run_dp_audit
 
-    try:
-        cfg = load_dp_config(config) if config is not None else build_config(
-            dataset=dataset, model=model, width=width, recipe=recipe, epochs=epochs,
-            batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
-            canaries=canaries, canary_kind=canary_kind, runs=runs, guesses=guesses,
-            selection=selection, confidence=confidence, delta=delta,
-            claimed_epsilon=claimed_epsilon, seed=seed, device=device)
-        report = run_dp_audit(cfg)  # checks data, model and recipe before training
-    except (ValidationError, UnknownNameError, ValueError, MiauditError) as error:
-        console.print(f"error: {error}", markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    cfg = load_dp_config(config) if config is not None else build_config(
+        dataset=dataset, model=model, width=width, recipe=recipe, epochs=epochs,
+        batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
+        canaries=canaries, canary_kind=canary_kind, runs=runs, guesses=guesses,
+        selection=selection, confidence=confidence, delta=delta,
+        claimed_epsilon=claimed_epsilon, seed=seed, device=device)
+    report = run_dp_audit(cfg)  # checks data, model and recipe before training
     data = report.as_dict()
     table = Table(title=f"DP audit ({data['mode'].replace('_', '-')}, {cfg.canary_kind} "
                         f"canaries, delta = {cfg.delta:g}, {100 * cfg.confidence:g}% confidence)")

@@ -1,16 +1,18 @@
 """``miaudit privacy ...``: DP accounting (epsilon, noise for a target epsilon, epsilon over
-epochs as a table or plot) and the NSDE bound. Mounted by :mod:`miaudit.cli`."""
+epochs as a table or plot) and the NSDE bound. Mounted by :mod:`miaudit.cli`; errors the
+accountants raise for bad values (``ValueError``) end a command through :func:`user_errors`."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from miaudit.cli.errors import user_errors
 from miaudit.privacy import accounting, nsde
 
 app = typer.Typer(help="Differential-privacy accounting and bounds.", no_args_is_help=True,
@@ -51,34 +53,28 @@ def _accountants(names: list[str] | None) -> list[str]:
     return names
 
 
-def _fail(error: ValueError) -> NoReturn:
-    console.print(f"[red]error:[/red] {error}")
-    raise typer.Exit(2)
-
-
 @app.command("epsilon")
+@user_errors(ValueError)
 def epsilon_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
                     dataset_size: Size = None, epochs: Epochs = None, steps: Steps = None,
                     delta: Deltas = None, accountant: Accountants = None) -> None:
     """Epsilon of DP-SGD (Poisson-subsampled Gaussian) under the RDP, GDP and PRV accountants."""
-    try:
-        q = _rate(sample_rate, batch_size, dataset_size)
-        count = accounting.resolve_steps(q, epochs, steps)
-        table = Table(title=f"epsilon: z = {noise:g}, q = {q:.6g}, {count} steps")
-        for column in ("accountant", "delta", "epsilon"):
-            table.add_column(column, justify="right" if column != "accountant" else "left")
-        for name in _accountants(accountant):
-            for d in delta or [1e-5]:
-                value = accounting.epsilon(noise, q, d, steps=count, accountant=name)
-                table.add_row(name, f"{d:g}", f"{value:.4f}")
-    except ValueError as error:
-        _fail(error)
+    q = _rate(sample_rate, batch_size, dataset_size)
+    count = accounting.resolve_steps(q, epochs, steps)
+    table = Table(title=f"epsilon: z = {noise:g}, q = {q:.6g}, {count} steps")
+    for column in ("accountant", "delta", "epsilon"):
+        table.add_column(column, justify="right" if column != "accountant" else "left")
+    for name in _accountants(accountant):
+        for d in delta or [1e-5]:
+            value = accounting.epsilon(noise, q, d, steps=count, accountant=name)
+            table.add_row(name, f"{d:g}", f"{value:.4f}")
     console.print(table)
     if "gdp" in _accountants(accountant):
         console.print("[dim]gdp is a CLT approximation and can underestimate epsilon[/dim]")
 
 
 @app.command("noise")
+@user_errors(ValueError)
 def noise_command(
         target_epsilon: Annotated[float, typer.Option("--epsilon", help="target epsilon")],
         sample_rate: Rate = None, batch_size: Batch = None, dataset_size: Size = None,
@@ -87,20 +83,17 @@ def noise_command(
         tolerance: Annotated[float, typer.Option(help="epsilon tolerance of the bisection")]
         = 0.01) -> None:
     """Noise multiplier needed for a target epsilon (Opacus's get_noise_multiplier)."""
-    try:
-        q = _rate(sample_rate, batch_size, dataset_size)
-        count = accounting.resolve_steps(q, epochs, steps)
-        table = Table(title=f"noise for epsilon = {target_epsilon:g}: q = {q:.6g}, {count} steps")
-        for column in ("accountant", "delta", "noise multiplier", "epsilon reached"):
-            table.add_column(column, justify="right" if column != "accountant" else "left")
-        for name in _accountants(accountant):
-            for d in delta or [1e-5]:
-                z = accounting.noise_multiplier(target_epsilon, d, q, steps=count,
-                                                accountant=name, tolerance=tolerance)
-                reached = accounting.epsilon(z, q, d, steps=count, accountant=name)
-                table.add_row(name, f"{d:g}", f"{z:.4f}", f"{reached:.4f}")
-    except ValueError as error:
-        _fail(error)
+    q = _rate(sample_rate, batch_size, dataset_size)
+    count = accounting.resolve_steps(q, epochs, steps)
+    table = Table(title=f"noise for epsilon = {target_epsilon:g}: q = {q:.6g}, {count} steps")
+    for column in ("accountant", "delta", "noise multiplier", "epsilon reached"):
+        table.add_column(column, justify="right" if column != "accountant" else "left")
+    for name in _accountants(accountant):
+        for d in delta or [1e-5]:
+            z = accounting.noise_multiplier(target_epsilon, d, q, steps=count,
+                                            accountant=name, tolerance=tolerance)
+            reached = accounting.epsilon(z, q, d, steps=count, accountant=name)
+            table.add_row(name, f"{d:g}", f"{z:.4f}", f"{reached:.4f}")
     console.print(table)
 
 
@@ -126,15 +119,13 @@ def _tables(noise: float, q: float, epochs: list[float], deltas: list[float],
 def _checked_tables(noise, sample_rate, batch_size, dataset_size, epochs, max_epochs, points,
                     delta, accountant) -> tuple[float, list]:
     """The sample rate and one epsilon table per accountant; bad options exit with an error."""
-    try:
-        q = _rate(sample_rate, batch_size, dataset_size)
-        grid = _epoch_grid(epochs, max_epochs, points)
-        return q, _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
-    except ValueError as error:
-        _fail(error)
+    q = _rate(sample_rate, batch_size, dataset_size)
+    grid = _epoch_grid(epochs, max_epochs, points)
+    return q, _tables(noise, q, grid, delta or [1e-5, 1e-6, 1e-7], _accountants(accountant))
 
 
 @app.command("table")
+@user_errors(ValueError)
 def table_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
                   dataset_size: Size = None, epochs: EpochList = None, max_epochs: MaxEpochs = 100,
                   points: Points = 10, delta: Deltas = None,
@@ -154,6 +145,7 @@ def table_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = No
 
 
 @app.command("plot")
+@user_errors(ValueError)
 def plot_command(noise: Noise,
                  out: Annotated[Path, typer.Option("--out", "-o", help="image file (png, pdf)")],
                  sample_rate: Rate = None, batch_size: Batch = None, dataset_size: Size = None,
@@ -207,6 +199,7 @@ def _theorem_rows(table: Table, epsilon: float | None, sigma: float | None, delt
 
 
 @app.command("nsde")
+@user_errors(ValueError)
 def nsde_command(
         delta: Annotated[float, typer.Option("--delta", "-d")] = 1e-5,
         epsilon: Annotated[float | None, typer.Option(
@@ -251,56 +244,48 @@ def nsde_command(
     if form not in nsde.FORMS:
         raise typer.BadParameter(f"--form must be one of {', '.join(nsde.FORMS)}; got {form!r}")
     notes: list[str] = []
-    try:
-        if bound == "theorem":
-            name = ("Theorem 4.1" if iterations == 1 else "Corollary 4.2")
-            table = Table(title=f"NSDE bound: paper A, {name}"
-                                + (f", {form} form" if iterations == 1 else ""))
-            notes = _theorem_rows(table, epsilon, sigma, delta, T, lipschitz, l_eps, form,
-                                  iterations, delta_prime)
-            if iterations == 1:
-                notes.insert(0, f"form: {FORM_WHY[form]}")
+    if bound == "theorem":
+        name = ("Theorem 4.1" if iterations == 1 else "Corollary 4.2")
+        table = Table(title=f"NSDE bound: paper A, {name}"
+                            + (f", {form} form" if iterations == 1 else ""))
+        notes = _theorem_rows(table, epsilon, sigma, delta, T, lipschitz, l_eps, form,
+                              iterations, delta_prime)
+        if iterations == 1:
+            notes.insert(0, f"form: {FORM_WHY[form]}")
+    else:
+        table = Table(title=f"NSDE bound ({bound} composition; our derivation, see "
+                            "miaudit.privacy.nsde)")
+        for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
+            table.add_column(column, justify="right")
+        composition = "gaussian" if bound == "gdp" else "classic"
+        if epsilon is not None:
+            eps_value = epsilon
+            sigma_value = nsde.gdp_sigma_bound(
+                epsilon, delta, T=T, lipschitz=lipschitz, distance=distance,
+                iterations=iterations, composition=composition).sigma
         else:
-            table = Table(title=f"NSDE bound ({bound} composition; our derivation, see "
-                                "miaudit.privacy.nsde)")
-            for column in ("T", "L", "D", "K", "delta", "epsilon", "sigma"):
-                table.add_column(column, justify="right")
-            composition = "gaussian" if bound == "gdp" else "classic"
-            if epsilon is not None:
-                eps_value = epsilon
-                sigma_value = nsde.gdp_sigma_bound(
-                    epsilon, delta, T=T, lipschitz=lipschitz, distance=distance,
-                    iterations=iterations, composition=composition).sigma
-            else:
-                eps_value, sigma_value = nsde.gdp_epsilon(
-                    sigma, delta, T=T, lipschitz=lipschitz, distance=distance,
-                    iterations=iterations, composition=composition), sigma
-            table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations),
-                          f"{delta:g}", f"{eps_value:.4f}", f"{sigma_value:.4f}")
-        training = None
-        if epochs is not None:
-            if sigma is None or batch_size is None or dataset_size is None:
-                raise ValueError("training epsilon needs --sigma, --batch-size, --dataset-size "
-                                 "and --epochs")
-            training = Table(title=f"NSDE training read as DP-SGD: z = sigma / {sensitivity:g}, "
-                                   f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
-            for column in ("accountant", "delta", "epsilon"):
-                training.add_column(column)
-            for acc_name in accounting.ACCOUNTANT_NAMES:
-                value = nsde.training_epsilon(sigma, batch_size, dataset_size, epochs, delta,
-                                              acc_name, sensitivity)
-                training.add_row(acc_name, f"{delta:g}", "inf" if math.isinf(value)
-                                 else f"{value:.4f}")
-    except ValueError as error:
-        _fail(error)
+            eps_value, sigma_value = nsde.gdp_epsilon(
+                sigma, delta, T=T, lipschitz=lipschitz, distance=distance,
+                iterations=iterations, composition=composition), sigma
+        table.add_row(f"{T:g}", f"{lipschitz:g}", f"{distance:g}", str(iterations),
+                      f"{delta:g}", f"{eps_value:.4f}", f"{sigma_value:.4f}")
+    training = None
+    if epochs is not None:
+        if sigma is None or batch_size is None or dataset_size is None:
+            raise ValueError("training epsilon needs --sigma, --batch-size, --dataset-size "
+                             "and --epochs")
+        training = Table(title=f"NSDE training read as DP-SGD: z = sigma / {sensitivity:g}, "
+                               f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
+        for column in ("accountant", "delta", "epsilon"):
+            training.add_column(column)
+        for acc_name in accounting.ACCOUNTANT_NAMES:
+            value = nsde.training_epsilon(sigma, batch_size, dataset_size, epochs, delta,
+                                          acc_name, sensitivity)
+            training.add_row(acc_name, f"{delta:g}", "inf" if math.isinf(value)
+                             else f"{value:.4f}")
     console.print(table)
     for note in notes:
         console.print(note)
     if training is not None:
         console.print(training)
 
-
-# ``miaudit privacy audit`` (empirical DP audit with canaries) lives in its own module.
-from miaudit.privacy.audit_cli import audit_command  # noqa: E402
-
-app.command("audit")(audit_command)

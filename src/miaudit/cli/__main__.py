@@ -1,0 +1,5 @@
+"""``python -m miaudit.cli``."""
+
+from miaudit.cli import app
+
+app()

@@ -1,0 +1,184 @@
+"""One model of an audit: its job, its architecture, its training and its weights.
+
+The model factory every stage and protocol shares (the train, query and evaluate stages, the
+vectorized ensemble trainer, the canary audit, the report rebuilt from a config): it knows
+configs, the data pool and the plan, never the pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from miaudit.config import ModelConfig, TrainConfig, build_recipe
+from miaudit.data import Pool
+from miaudit.errors import ConfigError, DataError, MiauditError
+from miaudit.models import build_model
+from miaudit.planning import Plan
+from miaudit.rundir import RunDir
+from miaudit.training import TrainEnv
+from miaudit.training.ensemble import ensemble_unsupported, fit_ensemble
+
+
+@dataclass(frozen=True)
+class ModelJob:
+    """Everything that determines one model (picklable: executors ship it to workers)."""
+
+    index: int
+    model: ModelConfig
+    train: TrainConfig
+    seed: int
+    identity: str
+    pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
+
+
+def section_dump(section: Any) -> Any:
+    """A config section as it enters identities and model records (TrainConfig leaves out
+    identity-neutral fields at their neutral defaults)."""
+    if section is None:
+        return None
+    dump = getattr(section, "identity_dump", None)
+    return dump() if dump is not None else section.model_dump(mode="json")
+
+
+def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:
+    """The registry model as configured (what a recipe's ``train`` starts from)."""
+    try:
+        return build_model(model_cfg.name, input_shape=pool.input_shape,
+                           num_classes=pool.num_classes, width=model_cfg.width,
+                           **model_cfg.options)
+    except (ValueError, TypeError) as error:  # the dry build at plan time: a bad option value
+        raise ConfigError(f"model {model_cfg.name!r} (width {model_cfg.width}, options "
+                          f"{model_cfg.options}) cannot be built: {error}") from None
+
+
+def build_architecture(model_cfg: ModelConfig, train_cfg: TrainConfig,
+                       pool: Pool) -> torch.nn.Module:
+    """The registry model as its recipe outputs it (what saved weights load into)."""
+    return build_recipe(train_cfg).architecture(build_registry_model(model_cfg, pool))
+
+
+def model_meta(job: ModelJob, recipe: str, train_seconds: float, log: dict[str, list[Any]],
+               **extra: Any) -> dict[str, Any]:
+    """The JSON-able record written beside a model's weights."""
+    return {"index": job.index, "seed": job.seed, "model": section_dump(job.model),
+            "recipe": recipe, "train_seconds": train_seconds, **extra, "log": log}
+
+
+def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
+                progress: Any = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
+    if job.pretrained is not None:
+        return load_pretrained(job, pool)
+    recipe = build_recipe(job.train)
+    torch.manual_seed(job.seed)
+    model = build_registry_model(job.model, pool)
+    member = torch.from_numpy(plan.keep[job.index])
+    x_val = y_val = None
+    if recipe.needs_validation:
+        held_out = torch.from_numpy(plan.split.holdout)
+        x_val, y_val = pool.x[held_out], pool.y[held_out]
+    started = time.perf_counter()
+    env = TrainEnv(device=device, seed=job.seed, progress=progress,
+                   cuda_speedups=job.train.amp)
+    try:
+        model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
+                                  env, x_val, y_val)
+    except FloatingPointError as error:
+        raise MiauditError(f"model {job.index} diverged: {error}; lower train.lr "
+                           f"(now {job.train.lr})") from None
+    meta = model_meta(job, job.train.recipe, round(time.perf_counter() - started, 3),
+                      _jsonable(log))
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
+
+
+def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
+                                                      dict[str, Any]]:
+    """A target trained elsewhere: its weights, checked to load into the configured
+    architecture (safetensors, or a torch state dict read with ``weights_only=True``)."""
+    path = Path(job.pretrained)
+    try:
+        if path.suffix == ".safetensors":
+            from miaudit.io import read_tensors
+
+            state = read_tensors(path)
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise DataError(f"target.weights {path}: expected a state dict, got "
+                            f"{type(state).__name__}")
+        build_architecture(job.model, job.train, pool).load_state_dict(state, strict=True)
+    except (RuntimeError, OSError, ValueError) as error:
+        raise DataError(f"target.weights {path} do not load into model {job.model.name!r} "
+                        f"(width {job.model.width}, options {job.model.options}): "
+                        f"{str(error).splitlines()[0]}") from None
+    return state, model_meta(job, "pretrained", 0.0, {}, pretrained=str(path))
+
+
+def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -> torch.nn.Module:
+    """Rebuild the architecture and load the saved weights (strict: every tensor must fit)."""
+    model = build_architecture(job.model, job.train, pool)
+    model.load_state_dict(run.load_weights(job.index), strict=True)
+    return model.to(device).eval()
+
+
+def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.device,
+                   size: int = 8, progress: Any = None,
+                   on_done: Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], None]
+                   | None = None) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+    """Train the audit's ``ModelJob``s, ``size`` at a time where they can share one
+    vectorized run (same architecture and recipe, standard recipe without penalties, equal
+    member counts, a supported model), the rest one by one with :func:`train_model`.
+    Returns, per job and in order, what :func:`train_model` returns: (CPU state dict,
+    JSON-able meta). ``on_done(job, state, meta)`` is called as each model finishes (so the
+    train stage can save it at once and a killed run loses at most one chunk)."""
+    results: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
+
+    def finish(job: Any, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        results[job.index] = (state, meta)
+        if on_done is not None:
+            on_done(job, state, meta)
+
+    groups: dict[tuple[str, str, int], list[Any]] = {}
+    for job in jobs:
+        member_count = int(plan.keep[job.index].sum())
+        if job.pretrained is None and job.train.recipe == "standard" and not job.train.penalties:
+            key = (job.model.model_dump_json(), job.train.model_dump_json(), member_count)
+            groups.setdefault(key, []).append(job)
+        else:
+            finish(job, *train_model(job, pool, plan, device, progress))
+    for group in groups.values():
+        for start in range(0, len(group), size):
+            chunk = group[start : start + size]
+            models = []
+            for job in chunk:
+                torch.manual_seed(job.seed)  # the same initialization as train_model
+                models.append(build_registry_model(job.model, pool))
+            if len(chunk) == 1 or ensemble_unsupported(models[0]) is not None:
+                for job in chunk:
+                    finish(job, *train_model(job, pool, plan, device, progress))
+                continue
+            members = [torch.from_numpy(plan.keep[job.index]).nonzero().flatten()
+                       for job in chunk]
+            started = time.perf_counter()
+            trained = fit_ensemble(models, pool.x, pool.y, members, chunk[0].train.params(),
+                                   [job.seed for job in chunk], device, progress)
+            seconds = (time.perf_counter() - started) / len(chunk)
+            for job, (model, log) in zip(chunk, trained):
+                meta = model_meta(
+                    job, job.train.recipe, round(seconds, 3),
+                    {k: [float(v) for v in values] for k, values in log.items()},
+                    ensemble=len(chunk))
+                finish(job, {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta)
+    return [results[job.index] for job in jobs]
+
+
+def _jsonable(log: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {key: [float(v) if isinstance(v, (int, float, np.floating)) else str(v) for v in values]
+            for key, values in log.items()}

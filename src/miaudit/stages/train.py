@@ -1,0 +1,148 @@
+"""The train stage: weights of every model, keyed by data + architecture + recipe + seed +
+membership (+ device kind); reused from the run directory or the shared model cache. It also
+owns the facts the targets' training records hold (their DP guarantee, their training time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.markup import escape
+
+from miaudit import modeljob
+from miaudit.errors import MiauditError
+from miaudit.executors import Job, JobFailedError, make_executor, resolve
+from miaudit.io import read_json
+from miaudit.modeljob import ModelJob
+from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir
+from miaudit.stages.plan import Audit, train_device
+from miaudit.stages.progress import progress_bar
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What the train stage hands on: its seconds and the targets' training facts."""
+
+    seconds: float  # spent training in this run
+    privacy: dict[str, Any]  # the DP guarantee the targets were trained under, or {}
+    train_seconds_mean: float  # the targets' recorded training time, averaged
+
+
+def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> Trained:
+    """Train what is missing; read the targets' facts from their training records."""
+    seconds = train_models(run, planned, console, show_progress)
+    records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in planned.plan.targets]
+    return Trained(seconds, privacy_summary(records),
+                   float(np.mean([r["train_seconds"] for r in records])))
+
+
+def train_models(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:
+    """Train the models that have no valid record yet (on the configured executor); returns
+    the seconds spent. Each finished model is written by this (driver) process as it
+    arrives, so an interrupted stage resumes from the models already written."""
+    todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
+    cache = planned.cache
+    if cache is not None:
+        fetched = [job for job in todo if fetch_model(cache, run, job)]
+        todo = [job for job in todo if job not in fetched]
+        if fetched:
+            console.print(f"reused {len(fetched)} identical model(s) from "
+                          f"{escape(str(cache.root))}")
+    done = len(planned.jobs) - len(todo)
+    if done and todo:
+        console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
+                      "[/dim]")
+    started = time.perf_counter()
+    with progress_bar(console, show_progress) as bar, make_executor(planned.cfg.executor) as pool:
+        overall = bar.add_task("training", total=len(planned.jobs), completed=done)
+        tasks: dict[int, Any] = {}
+        local = planned.cfg.executor.name == "local"
+
+        def on_epoch(index: int, epoch: int, total: int, stats: dict[str, float]) -> None:
+            bar.update(tasks[index], completed=epoch, total=total,
+                       description=f"model {index} loss {stats.get('loss', float('nan')):.3f}")
+
+        def on_start(job: Job) -> None:
+            tasks[job.index] = bar.add_task(f"model {job.index}", total=None)
+
+        def on_done(job: Job, result: Any, seconds: float) -> None:
+            state, meta = result
+            model_job = job.payload[0]
+            run.save_model(model_job.index, model_job.identity, state, meta)
+            if cache is not None:
+                cache.store(model_job.identity, MODEL_RECORD, WEIGHTS,
+                            run.model_dir(model_job.index))
+            bar.remove_task(tasks.pop(job.index))
+            bar.advance(overall)
+
+        shared = (pool.put(planned.pool), pool.put(planned.plan))
+        device = str(train_device(planned.cfg, planned.device))
+        jobs = [Job(job.index, (job, *shared, device, on_epoch if local else None))
+                for job in todo]
+        if local and planned.cfg.train.ensemble > 1:
+            train_ensembles(jobs, planned, on_start, on_done)
+            jobs = []
+        try:
+            pool.run(jobs, run_model_job, on_done, on_start)
+        except JobFailedError as error:
+            if isinstance(error.cause, MiauditError):
+                raise error.cause from None
+            raise
+    seconds = time.perf_counter() - started
+    if todo:
+        console.print(f"trained {len(todo)} model(s) in {seconds:.1f} s "
+                      f"({seconds / len(todo):.1f} s per model, device {device})")
+    return seconds
+
+
+def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any) -> None:
+    """``train.ensemble`` > 1 (local executor): train up to that many models at once as one
+    vectorized ensemble where they can share a run; each model is written as it finishes."""
+    by_index = {job.index: job for job in jobs}
+    for job in jobs:
+        on_start(job)
+    modeljob.train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
+                   train_device(planned.cfg, planned.device), size=planned.cfg.train.ensemble,
+                   on_done=lambda model_job, state, meta: on_done(
+                       by_index[model_job.index], (state, meta), 0.0))
+
+
+def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """One train job (module level, so Ray workers can import it): the model's state dict
+    and meta, returned to the driver, which writes them."""
+    model_job, pool_ref, plan_ref, device, on_epoch = job.payload
+    progress = None if on_epoch is None else (
+        lambda epoch, total, stats: on_epoch(model_job.index, epoch, total, stats))
+    return modeljob.train_model(model_job, resolve(pool_ref), resolve(plan_ref),
+                                torch.device(device), progress)
+
+
+def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:
+    return cache.fetch(job.identity, job.identity, MODEL_RECORD, WEIGHTS,
+                       run.model_dir(job.index))
+
+
+def privacy_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The DP guarantee the targets were trained under (dpsgd records epsilon per epoch), or
+    {} when any target was trained without one. The claimed epsilon is the largest over
+    targets, so a lower bound above it contradicts at least one target's guarantee."""
+    logs = [record.get("log", {}) for record in records]
+    if not logs or not all(log.get("epsilon") for log in logs):
+        return {}
+    return {
+        "epsilon": max(float(log["epsilon"][-1]) for log in logs),
+        "delta": float(logs[0]["delta"][-1]),
+        "noise_multiplier": float(logs[0]["noise_multiplier"][-1]),
+        "sample_rate": float(logs[0]["sample_rate"][-1]),
+        "epsilon_per_epoch": [float(v) for v in logs[0]["epsilon"]],
+        "note": "empirical_epsilon per attack: Clopper-Pearson lower bound (95%, Bonferroni over "
+                "thresholds) from the pooled (target, sample) decisions; trials within one "
+                "model are not independent runs, so read it as an indicator, not a proof "
+                "(Jagielski et al. 2020 use one canary per training run: `miaudit privacy "
+                "audit` does that).",
+    }
