@@ -6,8 +6,9 @@ RUN_DIR is a finished audit (e.g. of the default config, ``miaudit audit``): its
 models/*/outputs.safetensors and manifest.json. For each attack of the run's config (or
 ``--attacks``), as the pipeline does: score every target (rotation: all others are its
 references), then the metrics (per-target and pooled ``summarize``, ``aggregate``,
-``per_class``). Each repeat starts from an empty signal cache, so the first attack reading a
-signal pays for computing it, as in an audit. Prints the median over repeats of each
+``per_class``, the crossed bootstrap of the pooled intervals). Each repeat starts from an
+empty signal cache, so the first attack reading a signal pays for computing it, as in an
+audit. Prints the median over repeats of each
 attack's scoring and metrics seconds, and of the whole phase.
 """
 
@@ -20,7 +21,7 @@ import time
 import numpy as np
 from stored_run import load_run
 
-from miaudit import metrics
+from miaudit import intervals, metrics
 from miaudit.attacks import AttackInput
 from miaudit.registry import ATTACKS, parse_spec
 
@@ -35,6 +36,7 @@ def attack_phase(data: AttackInput, specs: list, targets: list[int]) -> dict[str
     wall time there mostly measures the other processes."""
     members = data.keep[targets]
     labels = np.tile(data.labels, len(targets))
+    resamples = intervals.Resamples.draw(len(targets), data.keep.shape[1])
     seconds = {}
     for spec in specs:
         name, options = parse_spec(spec)
@@ -47,6 +49,7 @@ def attack_phase(data: AttackInput, specs: list, targets: list[int]) -> dict[str
         metrics.summarize(scores.ravel(), members.ravel())
         metrics.aggregate(per_target)
         metrics.per_class(scores.ravel(), members.ravel(), labels)
+        intervals.replicate_metrics(scores, members, resamples, metrics.DEFAULT_FPR_LEVELS)
         seconds[spec_label(spec)] = [scored - started, time.perf_counter() - scored,
                                      cpu_scored - cpu_started, time.process_time() - cpu_scored]
     return seconds
@@ -63,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     targets = list(range(data.num_models))  # rotation: every model is a target
     runs = []
     for repeat in range(args.repeats):
-        fresh = AttackInput(data.logits, data.labels, data.keep, data.query_names)
+        fresh = AttackInput(data.logits, data.labels, data.keep, data.query_names,
+                            population=data.population)
         runs.append(attack_phase(fresh, specs, targets))
         wall, cpu = np.sum(list(runs[-1].values()), axis=0).reshape(2, 2).sum(axis=1)
         print(f"repeat {repeat + 1}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)

@@ -66,3 +66,51 @@ def test_every_claim_names_known_rows_and_every_row_an_existing_config():
         assert set(claim.metrics) <= set(claims.METRIC_NAMES), claim
     for row in claims.ROWS.values():
         assert (ROOT / "experiments" / row.experiment / f"{row.stem}.yaml").is_file(), row
+
+
+def _summary(pooled, per_target, targets):
+    return {"targets": list(range(targets)), "target_models": {},
+            "attacks": {"lira": {"pooled": pooled, "per_target": per_target}}}
+
+
+def test_interval_source_by_results_layout(monkeypatch):
+    """Issue 23. New results: the crossed bootstrap from results.json. Older rotation results
+    (no scores committed): the per-target-summary interval. Below 1/non-members: n/m."""
+    row = claims.Row("x", "nowhere", "x")
+    per_target = [{"tpr@1%": 0.1, "n_members": 100, "n_nonmembers": 100},
+                  {"tpr@1%": 0.3, "n_members": 100, "n_nonmembers": 100}]
+    old = {"tpr@1%": 0.2, "tpr@1%_ci": [0.19, 0.21], "tpr@1%_measurable": True,
+           "n_members": 200, "n_nonmembers": 200}
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(old, per_target, 2))
+    half = 1.959964 * math.sqrt(0.0115)  # tests/test_intervals.py's hand-worked case
+    assert claims.interval(row, "tpr@1%") == pytest.approx((0.2, 0.0, 0.2 + half), abs=1e-6)
+    new = {**old, "tpr@1%_ci": [0.1, 0.35], "ci_method": "two-way ..."}
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(new, per_target, 2))
+    assert claims.interval(row, "tpr@1%") == (0.2, 0.1, 0.35)
+    assert claims.interval(row, "tpr@0.1%") is claims.NOT_MEASURABLE  # 0.1% x 200 < 1
+    one = {**old, "n_members": 100, "n_nonmembers": 100}
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(one, per_target[:1], 1))
+    assert claims.interval(row, "tpr@1%") == (0.2, 0.19, 0.21)  # one target: Clopper-Pearson
+
+
+def _fake_summary(model: str, recipe: str, test_accuracy: float) -> dict:
+    return {"config": {"model": {"name": model}, "train": {"recipe": recipe}},
+            "target_models": {"test_accuracy": test_accuracy}}
+
+
+@pytest.mark.parametrize(("model", "recipe", "family"), [
+    ("resnet14", "standard", "ResNet-14"), ("resnet14", "mixup_mmd", "ResNet-14"),
+    ("resnet14", "pgd_at", "adversarial"), ("resnet14", "trades", "adversarial"),
+    ("resnet14", "replace_finetune", "ODE/SDE"), ("sdenet", "standard", "ODE/SDE"),
+    ("hbnode", "standard", "ODE/SDE"), ("snn_cnn", "ann2snn", "SNN/ANN twin"),
+    ("ann_cnn", "standard", "SNN/ANN twin")])
+def test_accuracy_floor_by_family(monkeypatch, model, recipe, family):
+    # Issue 26: ResNet-14 >= 65%, ODE/SDE and SNN >= 60%, adversarial training >= 50% natural.
+    floor = claims.FLOORS[family]
+    row = claims.Row("x", "exp", "stem")
+    monkeypatch.setattr(claims, "ROWS", {"x": row, "y": row})
+    for accuracy, failed in ((floor - 0.001, True), (floor + 0.001, False)):
+        monkeypatch.setattr(claims, "load", lambda *a, acc=accuracy, **k: _fake_summary(
+            model, recipe, acc))
+        assert claims.floor_family(row) == family
+        assert bool(claims.failed_rows(claims.Claim("s", "x", "y"))) is failed

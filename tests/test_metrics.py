@@ -148,6 +148,16 @@ def test_measurable_when_tpr_is_truly_zero():
     assert result["tpr@0.01%"] == 0.0 and result["tpr@0.01%_measurable"] is False
 
 
+def test_below_one_over_nonmembers_is_not_measurable_even_with_a_member_on_top():
+    """Issue 23: 200 non-members, so 0.1% < 1/200 allows no false positive. The top 10
+    scores are members: the "TPR" there (10/100) is a TPR at zero FPR, not a TPR at 0.1%."""
+    member = np.r_[np.ones(100, bool), np.zeros(200, bool)]
+    scores = np.r_[np.arange(100.0) + 1000.0 * (np.arange(100) >= 90), np.arange(200.0)]
+    result = metrics.summarize(scores, member, fpr_levels=(1e-3, 5e-3))
+    assert result["tpr@0.1%"] == pytest.approx(0.1) and result["tpr@0.1%_measurable"] is False
+    assert result["tpr@0.5%_measurable"] is True  # 1/200: one false positive allowed
+
+
 def test_summary_keys_intervals_and_json():
     rng = np.random.default_rng(0)
     member = rng.random(2000) < 0.5
@@ -181,7 +191,7 @@ def test_aggregate_hand_computed():
     per_target = [{"auc": 0.6, "tpr@1%": 0.02, "tpr@1%_ci": [0.0, 0.1], "n_members": 10,
                    "tpr@1%_measurable": True},
                   {"auc": 0.8, "tpr@1%": 0.04, "tpr@1%_ci": [0.0, 0.2], "n_members": 12,
-                   "tpr@1%_measurable": False}]
+                   "tpr@1%_measurable": True}]
     stats = metrics.aggregate(per_target)
     assert set(stats) == {"mean", "std", "min", "max"}
     assert stats["mean"]["auc"] == pytest.approx(0.7)
@@ -190,6 +200,10 @@ def test_aggregate_hand_computed():
     assert "tpr@1%_ci" not in stats["mean"]
     assert "tpr@1%_measurable" not in stats["mean"]  # bools are flags, not numbers
     assert metrics.aggregate(per_target[:1])["std"]["auc"] == 0.0
+    # a level one target cannot measure has no mean (it would average zero-FPR TPRs)
+    per_target[1]["tpr@1%_measurable"] = False
+    stats = metrics.aggregate(per_target)
+    assert "tpr@1%" not in stats["mean"] and stats["mean"]["auc"] == pytest.approx(0.7)
 
 
 def test_per_class_matches_subsets():

@@ -36,6 +36,22 @@ def test_audit_writes_a_complete_run_directory(tmp_path):
     assert set(summary["attacks"]) == {"loss", "lira", "lira:offline=true"}
     for attack in summary["attacks"].values():
         assert 0.0 <= attack["pooled"]["auc"] <= 1.0 and len(attack["per_target"]) == 4
+    # issue 23: the crossed bootstrap is tpr@X_ci (and auc_ci); Clopper-Pearson is kept as
+    # tpr@X_ci_conditional; the strongest attack's band is simultaneous over all attacks
+    pooled = summary["attacks"]["lira"]["pooled"]
+    assert "two-way (crossed) bootstrap" in pooled["ci_method"]
+    assert "conditional on these trained models" in pooled["ci_conditional_method"]
+    for key in ("tpr@1%", "auc", "balanced_accuracy"):
+        low, high = pooled[f"{key}_ci"]
+        assert low <= pooled[key] <= high, key
+    assert pooled["tpr@1%_ci_conditional"] != pooled["tpr@1%_ci"]
+    for key in ("tpr@1%", "auc"):
+        band, marginal = pooled[f"{key}_ci_simultaneous"], pooled[f"{key}_ci"]
+        assert band[0] <= marginal[0] and band[1] >= marginal[1]
+    # 360 pooled non-members: 0.001% and 0.1% are below 1/360, not measurable: None
+    assert pooled["tpr@0.1%_measurable"] is False
+    assert results.metric("lira", "tpr@0.1%") is None
+    assert results.metric("lira", "tpr@1%") == pooled["tpr@1%"]
     stats = summary["target_models"]
     assert stats["generalization_gap"] == pytest.approx(
         stats["train_accuracy"] - stats["test_accuracy"])

@@ -141,9 +141,11 @@ def test_html_report_is_self_contained_and_has_every_section(dp_run):
                              "privacy", "memorization", "exposed"]
     assert page.images == 16 + 1  # thumbnails + the memorization figure
     assert text.count("<svg") == 3  # LiRA panel, baselines panel, the DP-bound panel
-    best = max(ATTACKS, key=lambda a: (dp_run.attacks[a]["pooled"]["tpr@0.1%"],
-                                       dp_run.attacks[a]["pooled"]["auc"]))
-    assert f"Strongest attack: <b>{best}</b>" in text
+    pooled = {a: dp_run.attacks[a]["pooled"] for a in ATTACKS}
+    best = max(ATTACKS, key=lambda a: (pooled[a]["tpr@0.1%_measurable"], pooled[a]["tpr@0.1%"],
+                                       pooled[a]["auc"]))
+    assert f"Strongest attack (largest TPR at 0.1% FPR of {len(ATTACKS)}): <b>{best}</b>" in text
+    assert "simultaneous over all 3 attacks" in text and "two-way (crossed) bootstrap" in text
     claimed = dp_run.summary["privacy"]["epsilon"]
     assert f"{claimed:.3g}" in text and "consistent" in text
     assert path.stat().st_size < 1_000_000
@@ -196,9 +198,18 @@ def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     assert table.wide and len(table.rows) == 2
     assert table.rows[0][0].startswith("1. ") and "recipe=dpsgd" in table.rows[0][0]
     lira = dp_run.attacks["lira"]["pooled"]
+    # a level the run cannot measure is n/m in compare, not a TPR at zero FPR (issue 23)
     assert table.rows[0][4] == (f"{100 * lira['tpr@0.1%']:.2f} [{100 * lira['tpr@0.1%_ci'][0]:.2f}"
-                                f", {100 * lira['tpr@0.1%_ci'][1]:.2f}]")
+                                f", {100 * lira['tpr@0.1%_ci'][1]:.2f}]"
+                                if lira["tpr@0.1%_measurable"] else "n/m")
     assert comparison([RunView(p) for p in runs], None).wide  # 3 attacks: one row per run
+    plain["attacks"]["lira"]["pooled"]["tpr@0.1%_measurable"] = True
+    plain["attacks"]["loss"]["pooled"]["tpr@0.1%_measurable"] = False
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    table = comparison([RunView(p) for p in runs], ["lira", "loss"])
+    assert table.rows[1][4] == (f"{100 * lira['tpr@0.1%']:.2f} [{100 * lira['tpr@0.1%_ci'][0]:.2f}"
+                                f", {100 * lira['tpr@0.1%_ci'][1]:.2f}]")
+    assert table.rows[1][7] == "n/m"
     text = compare_markdown(runs, ATTACKS)
     assert text.count("\n| 1. ") == 1 and text.count("\n| 2. ") == 1
     # A fourth common attack switches to one row per (run, attack).

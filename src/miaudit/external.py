@@ -8,7 +8,8 @@ read from
   stacked over models or a list of per-model files (keep (N,), logits (N, Q, C) or (N, C));
 - one bundle (:func:`read_bundle`): a ``.safetensors`` / ``.npz`` file with arrays ``keep``,
   ``logits``, ``labels`` (a ``.safetensors`` may name its queries in the metadata entry
-  ``query_names``, a JSON list);
+  ``query_names``, a JSON list), or, for language models, ``keep`` and per-token
+  ``token_logprobs`` (see :mod:`miaudit.external_text`);
 - the experiment folder of the official LiRA code (Carlini et al. 2022, "Membership inference
   attacks from first principles", github.com/tensorflow/privacy research/mi_lira_2021)
   (:func:`read_lira_experiment`): ``<root>/y_train.npy`` and one folder per model holding
@@ -55,6 +56,8 @@ class ExternalOutputs:
     labels: np.ndarray
     query_names: list[str]
     model_names: list[str]
+    modality: str = "classes"  # "text": language models' per-token outputs (external_text)
+    texts: list[str] | None = None
 
     @property
     def num_models(self) -> int:
@@ -74,7 +77,8 @@ class ExternalOutputs:
 
         extra = {} if population is None else {"population": np.asarray(population, np.int64)}
         return AttackInput(logits=self.logits, labels=self.labels, keep=self.keep,
-                           query_names=list(self.query_names), **extra)
+                           query_names=list(self.query_names), modality=self.modality,
+                           texts=self.texts, **extra)
 
 
 # -- reading arrays ----------------------------------------------------------------------------
@@ -344,6 +348,10 @@ def read_bundle(path: Source, *, query_names: Sequence[str] | None = None,
                 ) -> ExternalOutputs:
     """Outputs from one ``.safetensors`` or ``.npz`` file with arrays keep, logits, labels."""
     path = Path(path).expanduser()
+    from miaudit.external_text import is_text_bundle, read_text_bundle
+
+    if path.is_file() and path.suffix.lower() in SUFFIXES and is_text_bundle(path):
+        return read_text_bundle(path, balance=balance, population=population)
     arrays = {key: load_array(path, key) for key in ("keep", "logits", "labels")}
     if query_names is None and path.suffix == ".safetensors":
         query_names = _safetensors_query_names(path)

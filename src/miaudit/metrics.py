@@ -6,13 +6,16 @@ Conventions (Carlini et al. 2022, "Membership Inference Attacks From First Princ
 * ROC: exact, every distinct score is a threshold; tied scores form one ROC point
   (scikit-learn's ``roc_curve`` with ``drop_intermediate=False``).
 * TPR at FPR level: interpolation-free, the largest TPR among thresholds whose FPR does not
-  exceed the level. With n non-members, a level below 1/n allows no false positive at all.
-  ``tpr@<level>_measurable`` flags levels where only the "nobody" threshold is within budget
-  (the top tie group alone exceeds it), so the reported TPR of 0 is forced by ties.
+  exceed the level. ``tpr@<level>_measurable`` is False where the level cannot be measured:
+  below 1/n with n non-members (the TPR there is a TPR at zero FPR), or where only the
+  "nobody" threshold is within budget (the top tie group alone exceeds it, so a TPR of 0 is
+  forced by ties). Readers show such a cell as n/m (``Results.metric`` returns None).
 * Balanced ("inference") accuracy: the best threshold's (TPR + TNR) / 2, as in LiRA's code.
-* Confidence intervals on TPR@FPR: exact Clopper-Pearson 95% intervals for the member count
-  above the chosen threshold, conditional on that threshold (they do not include the noise of
-  the FPR estimate). ``summarize(..., bootstrap=B)`` adds ``*_ci_boot``: percentile intervals
+* Confidence intervals on TPR@FPR here: exact Clopper-Pearson 95% intervals for the member
+  count above the chosen threshold, conditional on that threshold and on the trained models
+  (the score stage keeps them as ``tpr@<level>_ci_conditional``; its ``tpr@<level>_ci`` is the
+  crossed bootstrap of :mod:`miaudit.intervals`, which covers a rerun).
+  ``summarize(..., bootstrap=B)`` adds ``*_ci_boot``: percentile intervals
   from B stratified bootstrap resamples of members and non-members, which re-choose the
   threshold each time and so include both sources of noise.
 """
@@ -155,12 +158,14 @@ def _summary_of_sorted(scores: np.ndarray, is_member: np.ndarray,
     everyone holding the highest score) already exceeds the FPR level, so that the only
     threshold within budget is "nobody" and TPR = 0 says nothing about the attack: with
     scores taking few distinct values (Attack-R) the top group can hold many non-members. It
-    is also False at levels below 1 / n_nonmembers whenever the top score is a non-member's,
-    the sample-size limit of Carlini et al.'s low-FPR metric. The TPR itself stays 0.0 there,
-    so consumers that read only the number keep working.
+    is also False at every level below 1 / n_nonmembers, the sample-size limit of Carlini et
+    al.'s low-FPR metric: no false positive is allowed there, so the TPR is one at zero FPR.
+    The number itself stays in the summary (0.0, or that zero-FPR TPR) so that arrays of
+    summaries keep their shape; every reader shows the cell as not measurable.
     """
     fpr, tpr, _ = _roc_of_sorted(scores, is_member)
     n_members = int(is_member.sum())
+    n_nonmembers = int(len(is_member) - n_members)
     result: dict[str, Any] = {
         "auc": float(np.trapezoid(tpr, fpr)),
         "balanced_accuracy": float(np.max((tpr + 1.0 - fpr) / 2.0)),
@@ -172,9 +177,9 @@ def _summary_of_sorted(scores: np.ndarray, is_member: np.ndarray,
         result[key] = float(tpr[index])
         result[f"{key}_ci"] = [float(lower[position]), float(upper[position])]
         result[f"fpr@{level_name(level)}"] = float(fpr[index])
-        result[f"{key}_measurable"] = bool(fpr[1] <= level)
+        result[f"{key}_measurable"] = bool(fpr[1] <= level and level * n_nonmembers >= 1)
     result["n_members"] = n_members
-    result["n_nonmembers"] = int(len(is_member) - n_members)
+    result["n_nonmembers"] = n_nonmembers
     return result
 
 
@@ -204,10 +209,13 @@ def _is_number(value: Any) -> bool:
 def aggregate(per_target: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Mean, sample standard deviation (ddof=1; 0 for one target), min and max over targets of
     every numeric key (the rotation protocol's spread). Non-numeric keys (intervals) are
-    skipped; a key missing from some targets is aggregated over those that have it."""
+    skipped; a key missing from some targets is aggregated over those that have it; a TPR
+    level not measurable for some target has no aggregate (a mean of zero-FPR TPRs would
+    read as a TPR at that level)."""
     if not per_target:
         raise ValueError("aggregate needs at least one per-target summary")
-    keys = [k for k in per_target[0] if _is_number(per_target[0][k])]
+    keys = [k for k in per_target[0] if _is_number(per_target[0][k])
+            and not any(d.get(f"{k}_measurable") is False for d in per_target)]
     stats: dict[str, dict[str, float]] = {"mean": {}, "std": {}, "min": {}, "max": {}}
     for key in keys:
         values = np.array([float(d[key]) for d in per_target if _is_number(d.get(key))])

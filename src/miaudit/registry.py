@@ -158,16 +158,17 @@ def _modules(package: str, table: dict[str, str]) -> dict[str, str]:
 
 DATASETS: Registry = Registry("dataset", _modules("data", {
     "cifar10": "cifar", "cifar100": "cifar", "digits": "digits", "imagefolder": "imagefolder",
-    "location30": "location", "synthetic": "synthetic", "tabular": "tabular"}))
+    "location30": "location", "synthetic": "synthetic", "tabular": "tabular", "text": "text"}))
 MODELS: Registry = Registry("model", _modules("models", {
     "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "odenet": "ode",
     "odenet64": "ode", "anode": "ode", "sonode": "ode", "hbnode": "ode", "sdenet": "sde",
-    "snn_cnn": "snn", "snn_resnet18": "snn", "ann_cnn": "snn", "ann_resnet18": "snn"}))
+    "snn_cnn": "snn", "snn_resnet18": "snn", "ann_cnn": "snn", "ann_resnet18": "snn",
+    "causal_lm": "causal_lm"}))
 RECIPES: Registry = Registry("training recipe", _modules("recipes", {
     "standard": "standard", "dpsgd": "dpsgd", "replace_finetune": "replace_finetune",
     "ann2snn": "snn", "snn_direct": "snn", "user_function": "user_function",
     "pgd_at": "adversarial", "trades": "adversarial", "mixup_mmd": "mixup_mmd",
-    "early_stopping": "early_stopping"}))
+    "early_stopping": "early_stopping", "lm": "language_model", "lora": "language_model"}))
 PENALTIES: Registry = Registry("penalty", _modules("penalties", {
     "l1": "norms", "l2": "norms", "demem": "demem"}))
 QUERIES: Registry = Registry("query augmentation", {
@@ -177,7 +178,8 @@ ATTACKS: Registry = Registry("attack", _modules("attacks", {
     "loss": "loss", "correctness": "song_mittal", "song_mittal": "song_mittal",
     "watson": "watson", "shokri": "shokri", "lira": "lira", "attack_p": "population",
     "attack_r": "reference", "rmia": "rmia", "rmia_simple": "rmia",
-    "dropout_search": "dropout_search", "salem": "salem",
+    "dropout_search": "dropout_search", "salem": "salem", "zlib": "text_zlib",
+    "min_k": "text_min_k", "min_k_pp": "text_min_k", "ref_model": "text_ref_model",
     "label_augmentation": "label_only", "boundary_distance": "label_only", "qmia": "qmia"}))
 OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("output_defenses", {
     "memguard": "memguard", "memguard_label_only": "memguard"}))

@@ -39,8 +39,8 @@ def attack_table(summary: dict[str, Any]) -> Table:
     rotation = len(summary["targets"]) > 1
     title = (f"{escape(summary['name'])}: {len(summary['targets'])} target(s), "
              f"{summary['num_models']} models")
-    caption = "percent; pooled over targets [95% CI]; n/m: not measurable (no threshold " \
-        "reaches that FPR: tied top scores, or too few non-members)" + (
+    caption = f"percent; pooled over targets [95% CI: {interval_sentence(rotation)}]; n/m: " \
+        "not measurable (below 1/non-members, or tied top scores exceed the FPR)" + (
         "; second line: mean ± std across targets" if rotation else "")
     table = Table(title=title, caption=caption, show_lines=rotation)
     table.add_column("attack")
@@ -49,6 +49,45 @@ def attack_table(summary: dict[str, Any]) -> Table:
     for label, attack in summary["attacks"].items():
         table.add_row(escape(label), *(_cell(attack, key, rotation) for key in TABLE_KEYS))
     return table
+
+
+def interval_sentence(rotation: bool) -> str:
+    """What the table's interval covers, in one sentence."""
+    if rotation:
+        return ("bootstrap over samples and target models, covers what a rerun with new "
+                "models and samples would see")
+    return "bootstrap over samples for this one target, conditional on the trained model: " \
+        "model randomness is not covered"
+
+
+def strongest(summary: dict[str, Any], key: str = "tpr@0.1%") -> str | None:
+    """The attack with the largest measurable pooled ``key`` (ties: larger AUC), or None."""
+    measurable = {label: attack for label, attack in summary["attacks"].items()
+                  if attack["pooled"].get(f"{key}_measurable") is not False}
+    if not measurable:
+        return None
+    return max(measurable, key=lambda label: (measurable[label]["pooled"][key],
+                                              measurable[label]["pooled"]["auc"]))
+
+
+def strongest_line(summary: dict[str, Any]) -> str | None:
+    """The strongest attack by TPR@0.1% with its simultaneous band over all attacks."""
+    label = strongest(summary)
+    if label is None:
+        return None
+    pooled = summary["attacks"][label]["pooled"]
+    cells = []
+    for key in ("tpr@0.1%", "tpr@1%"):
+        band = pooled.get(f"{key}_ci_simultaneous")
+        if pooled.get(f"{key}_measurable") is False:
+            cells.append(f"{key} n/m")
+        elif band is not None:
+            cells.append(f"{key} {_percent(pooled[key])} [{_percent(band[0])}, "
+                         f"{_percent(band[1])}]")
+    count = len(summary["attacks"])
+    return (f"strongest attack (largest TPR@0.1%): {label}: {', '.join(cells)} percent; "
+            f"95% band simultaneous over all {count} attacks, so it holds for the attack "
+            "picked after looking")
 
 
 def model_line(summary: dict[str, Any]) -> str:
@@ -60,6 +99,8 @@ def model_line(summary: dict[str, Any]) -> str:
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(attack_table(summary))
+    if (line := strongest_line(summary)) is not None:
+        console.print(line, markup=False)
     console.print(model_line(summary))
     if "privacy" in summary:
         console.print(privacy_line(summary))

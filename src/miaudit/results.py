@@ -69,9 +69,14 @@ class Results:
     def attacks(self) -> dict[str, Any]:
         return self.summary["attacks"]
 
-    def metric(self, attack: str, key: str, view: str = "pooled") -> float:
-        """E.g. ``results.metric("lira", "tpr@0.1%")``; view is pooled, mean or std."""
-        return self.attacks[attack][view][key]
+    def metric(self, attack: str, key: str, view: str = "pooled") -> float | None:
+        """E.g. ``results.metric("lira", "tpr@0.1%")``; view is pooled, mean or std. None for
+        a level that cannot be measured (``tpr@X_measurable`` false: below 1/non-members,
+        or the top tie group exceeds the FPR budget), never a TPR at zero FPR."""
+        if self.attacks[attack]["pooled"].get(f"{key}_measurable") is False:
+            return None
+        return self.attacks[attack][view].get(key) if view != "pooled" \
+            else self.attacks[attack][view][key]
 
 
 def load_summary(run_root: Path) -> dict[str, Any]:

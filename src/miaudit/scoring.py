@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit import metrics
+from miaudit import intervals, metrics
 from miaudit.attacks import AttackInput
 from miaudit.config import Spec, attack_label, build_attack
 from miaudit.errors import ConfigError
@@ -20,6 +20,9 @@ from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import Results, Summary
 from miaudit.rundir import RunDir, scores_name
 
+#: the metrics the report names the strongest attack by, each with a band over all attacks
+SIMULTANEOUS_KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
+
 
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
                   references: Callable[[int], np.ndarray], audited: np.ndarray,
@@ -28,16 +31,24 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
     attack into ``folder``. ``privacy`` (claimed epsilon, delta) adds empirical bounds."""
     members = data.keep[targets][:, audited]
     labels = data.labels[audited]
+    # one set of resamples for every attack: the simultaneous band needs them shared
+    resamples = intervals.Resamples.draw(len(targets), len(audited))
     attacks: dict[str, Any] = {}
+    replicates: dict[str, dict[str, np.ndarray]] = {}
     for index, spec in enumerate(specs):
         label, name, options = attack_label(spec)
         attack = build_attack(spec, f"attacks[{index}]")
         outcomes = [attack.evaluate(data, t, references(t)) for t in targets]
         scores = np.stack([np.asarray(o.scores)[audited] for o in outcomes])
         attacks[label] = attack_summary(name, options, scores, members, labels, privacy)
+        replicates[label] = intervals.replicate_metrics(scores, members, resamples,
+                                                        metrics.DEFAULT_FPR_LEVELS)
+        attacks[label]["pooled"] = intervals.pooled_intervals(
+            attacks[label]["pooled"], replicates[label], resamples.method)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
         write_array(folder / scores_name(label), scores)
+    intervals.add_simultaneous_bands(attacks, replicates, SIMULTANEOUS_KEYS)
     return attacks
 
 
@@ -100,6 +111,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     population samples (never scored) for attacks that need them. Writes a run directory
     that ``miaudit report`` reads like an audit's."""
     from miaudit.report import render_plots
+    from miaudit.text_audit import fitting_attacks, text_model_stats
 
     population = np.zeros(0, dtype=np.int64) if population is None else \
         np.unique(np.asarray(population, dtype=np.int64))
@@ -110,6 +122,9 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
+        if outputs.modality not in getattr(attack, "modalities", ("classes",)):
+            raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
+                              f"outputs; {fitting_attacks(outputs.modality)}")
         if attack.min_references > outputs.num_models - 1:
             raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")
@@ -140,8 +155,9 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
             "targets": targets, "num_models": outputs.num_models, "pool_size": samples,
             "audited_size": int(len(audited)), "population_size": int(len(population)),
             "holdout_size": 0, "queries": list(outputs.query_names), "scores_dir": scores_dir,
-            "target_models": accuracy_stats(outputs.logits, outputs.labels, outputs.keep,
-                                            audited, targets, 0),
+            "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
+            if outputs.modality == "text" else accuracy_stats(
+                outputs.logits, outputs.labels, outputs.keep, audited, targets, 0),
             "attacks": attacks,
             "config": {"source": "external outputs", "attacks": specs,
                        "models": list(outputs.model_names)},

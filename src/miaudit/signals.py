@@ -53,3 +53,46 @@ SIGNALS = {
     "log_prob": true_class_log_prob,
     "loss": cross_entropy,
 }
+
+
+# -- text (causal LM) outputs -------------------------------------------------------------------
+# A causal_lm model's stored output per sample is (4 * L) numbers: per scored token j, log p(t_j
+# | t_<j), then mu_j, sigma_j (Min-K%++) and next-token correctness, NaN where padded (see
+# miaudit.models.causal_lm). The sequence-level signals below let every attack written for
+# per-sample probabilities (LOSS, LiRA, RMIA, Attack-P/R) run on text unchanged: a text's
+# "probability" is its per-token geometric mean p = exp(mean_j log p(t_j | t_<j)), i.e. the
+# inverse perplexity, in (0, 1).
+TEXT_STATS = ("log_prob", "mu", "sigma", "correct")
+
+
+def token_view(outputs: np.ndarray) -> np.ndarray:
+    """(..., 4 * L) stored text outputs as (..., 4, L) (a view): index with TEXT_STATS."""
+    outputs = np.asarray(outputs)
+    if outputs.shape[-1] % len(TEXT_STATS):
+        raise ValueError(f"text outputs need 4 values per token, got a last axis of "
+                         f"{outputs.shape[-1]}")
+    return outputs.reshape(*outputs.shape[:-1], len(TEXT_STATS), -1)
+
+
+def text_mean_log_prob(outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
+    """mean_j log p(t_j | t_<j) over the real tokens = log of the geometric-mean token
+    probability = -log perplexity. ``labels`` are unused (text has none)."""
+    token = token_view(outputs)[..., 0, :].astype(np.float64)
+    real = np.isfinite(token)
+    return np.where(real, token, 0.0).sum(-1) / np.maximum(real.sum(-1), 1)
+
+
+def text_log_prob_logit(outputs: np.ndarray, labels: np.ndarray | None = None) -> np.ndarray:
+    """log p - log(1 - p) of the geometric-mean token probability p (LiRA's logit scaling,
+    Carlini et al. 2022 Sec. 4.2, applied to the text's p); log(1 - p) = log(-expm1(log p))."""
+    mean = text_mean_log_prob(outputs)
+    with np.errstate(divide="ignore"):
+        return mean - np.log(-np.expm1(np.minimum(mean, -1e-300)))
+
+
+TEXT_SIGNALS = {
+    "logit_conf": text_log_prob_logit,
+    "prob": lambda outputs, labels=None: np.exp(text_mean_log_prob(outputs)),
+    "log_prob": text_mean_log_prob,
+    "loss": lambda outputs, labels=None: -text_mean_log_prob(outputs),
+}

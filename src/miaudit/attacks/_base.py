@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.signals import SIGNALS
+from miaudit.signals import SIGNALS, TEXT_SIGNALS
+
+MODALITIES = ("classes", "text")
 
 
 @dataclass
@@ -23,6 +25,9 @@ class AttackInput:
         are never evaluated. Empty when the audit reserved none.
     features: (N, F) the attacker's view of each pool input (:mod:`miaudit.features`), for
         attacks that regress on the example (QMIA); None when only outputs exist.
+    modality: "classes" (logits over C classes) or "text" (a causal LM's per-token outputs,
+        (M, N, 1, 4 * L): see :mod:`miaudit.signals`; ``labels`` are then all 0).
+    texts: the N texts (text only, when known; the zlib attack needs them).
     """
 
     logits: np.ndarray
@@ -31,6 +36,8 @@ class AttackInput:
     query_names: list[str]
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     features: np.ndarray | None = None
+    modality: str = "classes"
+    texts: list[str] | None = None
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -41,6 +48,10 @@ class AttackInput:
             raise ValueError(f"labels {self.labels.shape} do not match {samples} samples")
         if self.features is not None and len(self.features) != samples:
             raise ValueError(f"features {self.features.shape} do not match {samples} samples")
+        if self.modality not in MODALITIES:
+            raise ValueError(f"modality must be one of {MODALITIES}, got {self.modality!r}")
+        if self.texts is not None and len(self.texts) != samples:
+            raise ValueError(f"{len(self.texts)} texts for {samples} samples")
 
     @property
     def num_models(self) -> int:
@@ -49,11 +60,12 @@ class AttackInput:
     def signal(self, name: str) -> np.ndarray:
         """(M, N, Q) float64 signal (see :mod:`miaudit.signals`), computed once and cached."""
         if name not in self._signals:
-            if name not in SIGNALS:
-                raise KeyError(f"unknown signal {name!r}; valid: {sorted(SIGNALS)}")
+            table = TEXT_SIGNALS if self.modality == "text" else SIGNALS
+            if name not in table:
+                raise KeyError(f"unknown {self.modality} signal {name!r}; valid: {sorted(table)}")
             # One model at a time: the float64 temporaries of a signal are several times the
             # (M, N, Q, C) logits; per model they stay (N, Q, C).
-            compute = SIGNALS[name]
+            compute = table[name]
             values = np.empty(self.logits.shape[:3], dtype=np.float64)
             for model in range(self.num_models):
                 values[model] = compute(self.logits[model], self.labels[:, None])
@@ -98,6 +110,9 @@ class Attack:
     needs_population: bool = False
     #: True for attacks that need the attacker's view of the inputs (``AttackInput.features``)
     needs_features: bool = False
+    #: the outputs it reads (AttackInput.modality): attacks over the per-sample signals only
+    #: also apply to text
+    modalities: tuple[str, ...] = ("classes",)
 
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
         return self.evaluate(data, target, references).scores

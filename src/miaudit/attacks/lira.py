@@ -108,6 +108,8 @@ class LiRA(Attack):
     references: with one, no sample has both an IN and an OUT fit to estimate that shift from.
     """
 
+    modalities = ("classes", "text")  # reads per-sample signals only
+
     min_references = 2
 
     def __init__(self, offline: bool = False, fixed_variance: bool = False,

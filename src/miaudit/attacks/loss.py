@@ -18,6 +18,8 @@ class LossAttack(Attack):
     -loss = log p_y exactly; no reference models.
     """
 
+    modalities = ("classes", "text")  # reads per-sample signals only
+
     min_references = 0
 
     def __init__(self, queries: list[str] | None = None):

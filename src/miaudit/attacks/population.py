@@ -45,6 +45,8 @@ class AttackP(Attack):
       seed (int, 0); queries (list[str] | None).
     """
 
+    modalities = ("classes", "text")  # reads per-sample signals only
+
     min_references = 0
 
     def __init__(self, variant: str = "paper_c", population: str = "disjoint",

@@ -99,6 +99,8 @@ class AttackR(Attack):
       queries (list[str] | None).
     """
 
+    modalities = ("classes", "text")  # reads per-sample signals only
+
     def __init__(self, variant: str = "ye", equalize: bool = True,
                  queries: list[str] | None = None):
         self.variant = choice(variant, "variant", ("ye", "paper_c"))

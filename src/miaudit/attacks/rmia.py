@@ -97,6 +97,8 @@ class RMIA(Attack):
       seed (int, 0), queries (list[str] | None), tune_size (int, 2000), a_grid (list[float]).
     """
 
+    modalities = ("classes", "text")  # reads per-sample signals only
+
     def __init__(self, offline: bool = False, a: float | None = None, gamma: float = 2.0,
                  reduce: str = "vote", population: str = "disjoint", num_z: int | None = None,
                  seed: int = 0, queries: list[str] | None = None, tune_size: int = 2000,
@@ -193,6 +195,8 @@ class RMIASimple(Attack):
         that are IN everywhere).
     ``queries``.
     """
+
+    modalities = ("classes", "text")  # reads per-sample signals only
 
     def __init__(self, references: str = "balanced", queries: list[str] | None = None):
         self.references = choice(references, "references", ("balanced", "plain", "out"))

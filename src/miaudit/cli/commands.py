@@ -137,7 +137,7 @@ def score(
     population: Annotated[Path | None, typer.Option(help="(P,) indices of samples no model "
                           "trained on: the attacker's population data, never scored")] = None,
     attacks: Annotated[str | None, typer.Option(help="';'-separated attack specs (default: "
-                       "the default audit's suite)")] = None,
+                       "the default audit's suite; for token log-probs the text suite)")] = None,
     out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/scored"),
     epoch: Annotated[int | None, typer.Option(help="LiRA layout: logits of this epoch "
                      "(default: the latest)")] = None,
@@ -153,8 +153,7 @@ def score(
     from miaudit.report import print_summary
     from miaudit.scoring import score_outputs
 
-    specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else \
-        list(DEFAULT_ATTACKS)
+    specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
     indices = None if population is None else np.load(population, allow_pickle=False)
     if source is not None:
         folder = {**({"epoch": epoch} if epoch is not None else {}),
@@ -168,6 +167,11 @@ def score(
     else:
         raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
                            "--labels")
+    if specs is None:  # the default suite of the outputs' kind
+        from miaudit.text_audit import default_text_attacks
+
+        specs = default_text_attacks(outputs, indices is not None) \
+            if outputs.modality == "text" else list(DEFAULT_ATTACKS)
     results = score_outputs(outputs, specs, out, population=indices,
                             name=out.name)
     print_summary(results.summary, console)

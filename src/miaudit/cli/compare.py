@@ -69,4 +69,6 @@ def exposed_from_config(run_dir: Path, summary: dict[str, Any]) -> Path:
     best = view.best_attack().label
     x = pool.x.numpy()[audited] if pool.is_image else None
     return write_exposed_samples(run_dir, view.scores(best), view.members, x,
-                                 pool.y.numpy()[audited], pool.class_names, attack=best)
+                                 pool.y.numpy()[audited], pool.class_names, attack=best,
+                                 texts=[pool.texts[i] for i in audited] if pool.is_text
+                                 else None)

@@ -29,11 +29,19 @@ class DataSplits:
     y_test: torch.Tensor
     num_classes: int
     class_names: list[str]
+    #: text data (miaudit.data.text): x are (N, L) int64 token ids, these their texts
+    #: (train, then test)
+    texts: list[str] | None = None
 
     def __post_init__(self) -> None:
         for name in ("x_train", "x_test"):
-            if getattr(self, name).dtype != torch.float32:
-                raise DataError(f"{name} must be float32, got {getattr(self, name).dtype}")
+            tensor = getattr(self, name)
+            tokens = self.texts is not None and tensor.dtype == torch.int64 and tensor.dim() == 2
+            if tensor.dtype != torch.float32 and not tokens:
+                raise DataError(f"{name} must be float32, got {tensor.dtype}")
+        if self.texts is not None and len(self.texts) != len(self.x_train) + len(self.x_test):
+            raise DataError(f"{len(self.texts)} texts for {len(self.x_train) + len(self.x_test)} "
+                            "samples")
         for xs, ys in ((self.x_train, self.y_train), (self.x_test, self.y_test)):
             if len(xs) != len(ys):
                 raise DataError(f"{len(xs)} inputs but {len(ys)} labels")
@@ -47,6 +55,7 @@ class Pool:
     y: torch.Tensor
     num_classes: int
     class_names: list[str]
+    texts: list[str] | None = None  # text data: the text of each sample
 
     def __len__(self) -> int:
         return len(self.y)
@@ -58,6 +67,10 @@ class Pool:
     @property
     def is_image(self) -> bool:
         return self.x.dim() == 4
+
+    @property
+    def is_text(self) -> bool:
+        return self.texts is not None
 
 
 def make_pool(splits: DataSplits, which: str, size: int | None, seed: int) -> Pool:
@@ -72,11 +85,15 @@ def make_pool(splits: DataSplits, which: str, size: int | None, seed: int) -> Po
         raise ValueError(f"pool must be one of {sorted(parts)}, got {which!r}")
     xs, ys = parts[which]
     x, y = torch.cat(xs), torch.cat(ys)
+    texts = None if splits.texts is None else {
+        "all": splits.texts, "train": splits.texts[: len(splits.x_train)],
+        "test": splits.texts[len(splits.x_train):]}[which]
     if size is not None:
         if size > len(y):
             raise ValueError(f"pool_size {size} exceeds the {len(y)} samples of pool {which!r}")
         chosen = np.sort(np.random.default_rng(seed).permutation(len(y))[:size])
         index = torch.from_numpy(chosen)
         x, y = x[index], y[index]
+        texts = None if texts is None else [texts[i] for i in chosen]
     return Pool(x=x.contiguous(), y=y.long(), num_classes=splits.num_classes,
-                class_names=list(splits.class_names))
+                class_names=list(splits.class_names), texts=texts)

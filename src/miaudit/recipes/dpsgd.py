@@ -55,7 +55,7 @@ from miaudit.registry import RECIPES, parse_spec
 from miaudit.training.engine import FitState, Penalty, Recipe, TrainEnv, TrainParams, fit
 
 #: base recipes whose ``sample_losses`` give sample i a loss that depends on sample i alone.
-PER_SAMPLE_BASES = ("standard", "pgd_at", "trades")
+PER_SAMPLE_BASES = ("standard", "pgd_at", "trades", "lora")
 #: torchdiffeq's adaptive-step methods (torchdiffeq.odeint's SOLVERS with adaptive steps).
 ADAPTIVE_SOLVERS = ("dopri5", "dopri8", "bosh3", "fehlberg2", "adaptive_heun", "tsit5",
                     "scipy_solver")
@@ -133,6 +133,10 @@ def _build_base(base: str | dict[str, Any], trust_base: bool) -> Recipe:
     name, options = parse_spec(base)
     if name == "dpsgd":
         raise ValueError("dpsgd option 'base' cannot be dpsgd itself")
+    if name == "lm":
+        raise ValueError("dpsgd option 'base': full fine-tuning of a causal LM (lm) is not "
+                         "supported: Opacus cannot compute per-sample gradients of GPT-2's tied "
+                         "input/output embedding; use base lora (DP-SGD on the LoRA adapters)")
     if name not in PER_SAMPLE_BASES and not trust_base:
         raise ValueError(
             f"dpsgd option 'base': {name!r} is not known to compute per-sample losses that "

@@ -93,9 +93,15 @@ def choose_attacks(views: Sequence[RunView], attacks: Sequence[str] | None) -> l
 
 
 def _ci_cell(metric: Metric) -> str:
+    if not metric.measurable:
+        return "n/m"
     if metric.ci is None:
         return pct(metric.value)
     return f"{pct(metric.value)} [{pct(metric.ci[0])}, {pct(metric.ci[1])}]"
+
+
+def _value_cell(metric: Metric) -> str:
+    return pct(metric.value) if metric.measurable else "n/m"
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,7 @@ def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -
     for number, (view, label) in enumerate(zip(views, labels), start=1):
         acc = view.accuracy
         model = [f"{number}. {label}", pct(acc.train, 1), pct(acc.test, 1), pct(acc.gap, 1)]
-        cells = [[_ci_cell(view.attacks[a].tpr("0.1%")), pct(view.attacks[a].tpr("1%").value),
+        cells = [[_ci_cell(view.attacks[a].tpr("0.1%")), _value_cell(view.attacks[a].tpr("1%")),
                   f"{view.attacks[a].auc:.3f}"] for a in chosen]
         if wide:
             rows.append(model + [c for group in cells for c in group])
@@ -141,7 +147,9 @@ def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -
 
 
 CAPTION = ("Percent (AUC as a fraction); attacks pooled over each run's targets, TPR@0.1% "
-           "with its 95% Clopper-Pearson interval; accuracies are the target models' means.")
+           "with its 95% interval (bootstrap over samples and targets: covers a rerun with new "
+           "models; one fixed target: over samples only, model randomness not covered); n/m: "
+           "not measurable; accuracies are the target models' means.")
 
 
 def rich_table(table: Comparison) -> Table:
@@ -175,6 +183,8 @@ def privacy_utility_points(table: Comparison) -> list[dict[str, Any]]:
     for number, view in enumerate(table.views, start=1):
         for attack in table.attacks:
             low = view.attacks[attack].tpr("0.1%")
+            if not low.measurable:
+                continue
             points.append({"run": str(number), "attack": attack, "accuracy": view.accuracy.test,
                            "accuracy_std": view.accuracy.test_std, "tpr": low.value,
                            "ci": low.ci})

@@ -54,11 +54,12 @@ def thumbnails(x: np.ndarray) -> np.ndarray:
 def write_exposed_samples(run_dir: Path, scores: np.ndarray, members: np.ndarray,
                           x: np.ndarray | None, labels: np.ndarray,
                           class_names: Sequence[str], k: int = 16, *,
-                          attack: str = "") -> Path:
+                          attack: str = "", texts: Sequence[str] | None = None) -> Path:
     """Write ``run_dir/exposed.npz`` (atomically) for the ``k`` members with the highest mean
     score: ``indices``, ``scores`` (mean member score), ``labels``, ``member_targets``,
     ``flagged`` (see the module docstring), ``class_names``, ``attack`` and, when ``x`` holds
     images (N, C, H, W), ``thumbnails`` (k, H, W, C) uint8. ``x`` is None for tabular data.
+    ``texts`` (text data, one per sample) adds ``texts``, the chosen samples' texts.
     Returns the path."""
     scores, members = np.asarray(scores), np.asarray(members, dtype=bool)
     labels = np.asarray(labels)
@@ -76,6 +77,8 @@ def write_exposed_samples(run_dir: Path, scores: np.ndarray, members: np.ndarray
     }
     if x is not None and np.ndim(x) == 4:
         arrays["thumbnails"] = thumbnails(np.asarray(x)[order])
+    if texts is not None:
+        arrays["texts"] = np.array([str(texts[i]) for i in order], dtype=np.str_)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     path = Path(run_dir) / EXPOSED_FILE

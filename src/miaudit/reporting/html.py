@@ -57,6 +57,8 @@ table.kv th{width:11em}table.kv td{word-break:break-word}
 .thumb{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:6px;text-align:center;
 font-size:.78em;width:104px}
 .thumb img{width:88px;height:88px;image-rendering:pixelated;display:block;margin:0 auto 4px}
+.thumb:has(pre.text){width:300px;text-align:left}
+pre.text{white-space:pre-wrap;font-size:.95em;margin:0 0 4px;max-height:12em;overflow:auto}
 .note{color:#5a6473;font-size:.85em}tr.best td{background:#fff7e0;font-weight:600}
 .bad{color:#b3261e;font-weight:600}.ok{color:#1e7b34;font-weight:600}
 pre{background:#fff;border:1px solid #dde1e7;padding:8px;overflow:auto;font-size:.8em}
@@ -112,22 +114,45 @@ def headline(view: RunView) -> str:
     best = view.best_attack()
     low, one, acc = best.tpr("0.1%"), best.tpr("1%"), view.accuracy
     chance = ("at chance level: no member is found more often than a non-member"
-              if low.value <= 0.001 else f"{low.value / 0.001:.1f}× the chance rate")
+              if low.value <= 0.001 else f"{low.value / 0.001:.1f}× the chance rate"
+              + ("; its 95% band reaches down to the chance rate, so this run cannot tell it "
+                 "from chance" if low.ci_simultaneous and low.ci_simultaneous[0] <= 0.001
+                 else ""))
+    auc = best.metric("auc")
     kpis = [
         ("strongest attack", best.label, figures.family(best.name)),
-        ("TPR at 0.1% FPR", pct(low.value) + "%", interval(low)),
-        ("TPR at 1% FPR", pct(one.value) + "%", interval(one)),
-        ("AUC", f"{best.auc:.3f}", ""),
+        ("TPR at 0.1% FPR", _kpi_value(low), band(low)),
+        ("TPR at 1% FPR", _kpi_value(one), band(one)),
+        ("AUC", f"{best.auc:.3f}", "" if auc.ci_simultaneous is None else
+         f"[{auc.ci_simultaneous[0]:.3f}, {auc.ci_simultaneous[1]:.3f}]"),
         ("test accuracy (gap)", pct(acc.test, 1) + "%", f"gap {pct(acc.gap, 1)} points"),
     ]
     cards = "".join(f'<div class="kpi"><div class="l">{escape(label)}</div>'
                     f'<div class="v">{escape(value)}</div><div class="ci">{escape(ci)}</div>'
                     f"</div>" for label, value, ci in kpis)
-    sentence = (f"Strongest attack: <b>{escape(best.label)}</b>. At a 0.1% false-positive rate it "
-                f"identifies {pct(low.value)}% of the training members ({escape(chance)}); "
-                f"pooled over {len(view.targets)} target model(s), 95% Clopper-Pearson "
-                f"intervals in brackets.")
+    finding = (f"At a 0.1% false-positive rate it identifies {pct(low.value)}% of the "
+               f"training members ({escape(chance)})" if low.measurable else
+               "TPR at 0.1% FPR is not measurable in this run (below 1/non-members, or tied "
+               "top scores)")
+    sentence = (f"Strongest attack (largest TPR at 0.1% FPR of {len(view.attacks)}): "
+                f"<b>{escape(best.label)}</b>. {finding}; pooled over {len(view.targets)} "
+                f"target model(s). In brackets: 95% bands simultaneous over all "
+                f"{len(view.attacks)} attacks (max-type percentile bootstrap band, Mandel & "
+                f"Betensky 2008), so they hold for the attack picked after looking; each "
+                f"comes from the {escape(view.interval_method)}.")
     return f'<div class="headline">{cards}</div><p>{sentence}</p>'
+
+
+def band(metric: Metric) -> str:
+    """The simultaneous band (the marginal interval for runs written before it existed)."""
+    if not metric.measurable:
+        return ""
+    chosen = metric.ci_simultaneous or metric.ci
+    return "" if chosen is None else f"[{pct(chosen[0])}, {pct(chosen[1])}]"
+
+
+def _kpi_value(metric: Metric) -> str:
+    return pct(metric.value) + "%" if metric.measurable else "n/m"
 
 
 def settings_section(view: RunView) -> str:
@@ -169,8 +194,13 @@ def attack_table(view: RunView) -> str:
         cells += metric_cell(attack.metric("balanced_accuracy"), rotation)
         rows.append(f'<tr class="{css}"><td>{escape(attack.label)}</td>'
                     f"<td>{escape(figures.family(attack.name))}</td>{cells}</tr>")
-    note = ("Percent, pooled over targets [95% CI]" + ("; second line: mean ± std across "
-            "targets." if rotation else "."))
+    note = (f"Percent, pooled over targets [95% CI: {view.interval_method}]. "
+            + ("It covers what a rerun with new target models and samples would see. "
+               if rotation else "One fixed target: model randomness is not covered. ")
+            + "The exact Clopper-Pearson intervals (results.json tpr@X_ci_conditional) are "
+            "conditional on these trained models. n/m: not measurable (below 1/non-members, "
+            "or tied top scores exceed the FPR)."
+            + (" Second line: mean ± std across targets." if rotation else ""))
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
             f'<p class="note">{note}</p>')
 
@@ -306,6 +336,8 @@ def exposed_section(view: RunView, exposed: dict[str, Any]) -> str:
         caption = (f"#{int(index)} · {escape(name)}<br>score {exposed['scores'][i]:.3g}<br>"
                    f"flagged {int(exposed['flagged'][i])}/{int(exposed['member_targets'][i])}")
         image = ""
+        if "texts" in exposed:  # a language model's training text, shown as text
+            image = f'<pre class="text">{escape(str(exposed["texts"][i])[:400])}</pre>'
         if has_images:
             uri = png_data_uri(array_png(exposed["thumbnails"][i]))
             image = f'<img alt="sample {int(index)}" src="{uri}">'

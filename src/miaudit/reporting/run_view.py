@@ -32,6 +32,9 @@ class Metric:
     mean: float | None = None
     std: float | None = None
     measurable: bool = True  # False: no threshold reaches that FPR (metrics.summarize)
+    # conditional on the trained models (Clopper-Pearson); simultaneous over all attacks
+    ci_conditional: tuple[float, float] | None = None
+    ci_simultaneous: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,13 @@ class AttackView:
     def metric(self, key: str) -> Metric:
         """``key`` e.g. "tpr@0.1%", "auc": pooled value [CI], mean and std over targets."""
         pooled = self.raw["pooled"]
-        interval = pooled.get(f"{key}_ci")
+        interval, conditional, band = (pooled.get(f"{key}_ci{suffix}") for suffix in (
+            "", "_conditional", "_simultaneous"))
         mean, std = self.raw.get("mean", {}).get(key), self.raw.get("std", {}).get(key)
         return Metric(float(pooled[key]), tuple(interval) if interval else None, mean, std,
-                      pooled.get(f"{key}_measurable") is not False)
+                      pooled.get(f"{key}_measurable") is not False,
+                      tuple(conditional) if conditional else None,
+                      tuple(band) if band else None)
 
     def tpr(self, level: str) -> Metric:
         return self.metric(f"tpr@{level}")
@@ -67,7 +73,8 @@ class AttackView:
         if key not in row:
             return None
         interval = row.get(f"{key}_ci")
-        return Metric(float(row[key]), tuple(interval) if interval else None)
+        return Metric(float(row[key]), tuple(interval) if interval else None,
+                      measurable=row.get(f"{key}_measurable") is not False)
 
     @property
     def empirical_epsilon(self) -> dict[str, Any] | None:
@@ -173,8 +180,17 @@ class RunView:
                 for label, a in self.summary["attacks"].items()}
 
     def best_attack(self) -> AttackView:
-        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC)."""
-        return max(self.attacks.values(), key=lambda a: (a.tpr("0.1%").value, a.auc))
+        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC); attacks
+        for which that level is not measurable rank last."""
+        return max(self.attacks.values(), key=lambda a: (
+            a.tpr("0.1%").measurable, a.tpr("0.1%").value, a.auc))
+
+    @property
+    def interval_method(self) -> str:
+        """What the pooled intervals cover (results.json's ``ci_method``)."""
+        first = next(iter(self.attacks.values())).raw["pooled"]
+        return str(first.get("ci_method", "exact Clopper-Pearson, conditional on these "
+                                          "trained models (results written before issue 23)"))
 
     @property
     def accuracy(self) -> Accuracy:

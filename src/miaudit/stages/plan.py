@@ -152,18 +152,27 @@ def read_members(path: Path, pool_size: int) -> np.ndarray:
 
 def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
     """Digests of the user's own code that a model depends on (components named by import
-    path, a user training function): editing that code retrains the model."""
+    path, a user training function), and of the files a model starts from (a constructor's
+    ``content_digest(options)``, e.g. a checkpoint): editing them retrains the model."""
     from miaudit.importpath import source_digest
     from miaudit.registry import MODELS
 
     digests = [source_digest(registry.get(name)) for registry, name in
                ((DATASETS, data_name), (MODELS, model_cfg.name)) if ":" in name]
+    content = getattr(MODELS.get(model_cfg.name), "content_digest", None)  # e.g. a checkpoint
+    if content is not None and (digest := content(model_cfg.options)) is not None:
+        digests.append(digest)
     fingerprint = getattr(build_recipe(train_cfg), "fingerprint", None)
     return digests + ([fingerprint] if fingerprint else [])
 
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     """Problems knowable from the data alone, before anything is written."""
+    from miaudit.text_audit import check_modality
+
+    check_modality(cfg, pool)  # attacks and settings that fit text / class outputs
+    if pool.is_text:
+        return
     classes = int(pool.y.unique().numel())
     if classes < 2:
         raise DataError(f"data set {cfg.data.name!r} has {classes} class in the pool; "

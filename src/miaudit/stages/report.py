@@ -20,5 +20,6 @@ def report_stage(run: RunDir, planned: Audit, summary: dict[str, Any]) -> None:
     write_exposed_samples(run.root, read_scores(run.root, summary, best),
                           planned.plan.keep[summary["targets"]][:, audited],
                           pool.x.numpy()[audited] if pool.is_image else None,
-                          pool.y.numpy()[audited], pool.class_names, attack=best)
+                          pool.y.numpy()[audited], pool.class_names, attack=best,
+                          texts=[pool.texts[i] for i in audited] if pool.is_text else None)
     write_html_report(run.root, summary)

@@ -62,6 +62,8 @@ def attack_input(run: RunDir, planned: Audit) -> AttackInput:
     """What the attacks see: every model's stored outputs (defended when configured), the
     keep matrix, the population and, when an attack needs them, the attacker's features of
     the inputs."""
+    from miaudit.text_audit import attack_extras
+
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned)
@@ -72,13 +74,16 @@ def attack_input(run: RunDir, planned: Audit) -> AttackInput:
                          for i, spec in enumerate(cfg.attacks))
     return AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population,
-                       features=input_features(planned.pool.x) if wants_features else None)
+                       features=input_features(planned.pool.x) if wants_features else None,
+                       **attack_extras(planned.pool))
 
 
 def score_stage(run: RunDir, planned: Audit, trained: Trained,
                 evaluated: Evaluated) -> dict[str, Any]:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
+    from miaudit.text_audit import text_model_stats
+
     cfg, plan = planned.cfg, planned.plan
     data = attack_input(run, planned)
     labels, logits = data.labels, data.logits
@@ -91,7 +96,9 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
     column = cfg.queries.index("identity") if "identity" in cfg.queries else 0
-    stats = accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
+    stats = text_model_stats(logits, plan.keep, plan.split.audited, targets) \
+        if planned.pool.is_text else \
+        accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
     stats["train_seconds_mean"] = trained.train_seconds_mean
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
