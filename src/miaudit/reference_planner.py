@@ -2,8 +2,8 @@
 
 From a finished audit's own outputs, every reference-based attack is re-scored with 2, 4, 8,
 ... of each target's references (and with all of them, the audit's own number), giving AUC and
-TPR at 0.1% and 1% FPR with their intervals (``metrics.summarize``'s, whichever interval that
-module defines) against the number of references. The steps of TPR@0.1% between
+TPR at 0.1% and 1% FPR with their intervals (the audit's own crossed bootstrap over targets and
+samples, :mod:`miaudit.intervals`) against the number of references. The steps of TPR@0.1% between
 doublings are fitted by a power law in the count (log-linear least squares), and
 the planner reports the smallest number of references at which the next doubling is expected
 to change TPR@0.1% by less than the half-width of its interval at the audit's own number: more
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit import metrics
+from miaudit import intervals, metrics
 from miaudit.attacks import AttackInput
 from miaudit.config import Spec, attack_label, build_attack
 
@@ -82,15 +82,21 @@ def plan_attack(attack: Any, data: AttackInput, targets: list[int],
     ordered = {t: nested_order(references(t), pair_of) for t in targets}
     available = min(len(r) for r in ordered.values())
     counts = reference_counts(available, attack.min_references)
-    members = data.keep[targets][:, audited].ravel()
+    members = data.keep[targets][:, audited]
+    # the audit's own intervals: the crossed bootstrap over targets and samples, the same
+    # resamples at every count (miaudit.intervals, as the score stage computes them)
+    resamples = intervals.Resamples.draw(len(targets), len(audited))
     rows: dict[str, list[Any]] = {"references": counts, "auc": []}
     keys = [metrics.tpr_key(level) for level in PLANNER_LEVELS]
     for key in keys:
         rows[key], rows[f"{key}_ci"], rows[f"{key}_measurable"] = [], [], []
     for count in counts:
-        scores = np.concatenate([np.asarray(attack.score(data, t, ordered[t][:count]))[audited]
-                                 for t in targets])
-        summary = metrics.summarize(scores, members, fpr_levels=PLANNER_LEVELS)
+        scores = np.stack([np.asarray(attack.score(data, t, ordered[t][:count]))[audited]
+                           for t in targets])
+        summary = intervals.pooled_intervals(
+            metrics.summarize(scores.ravel(), members.ravel(), fpr_levels=PLANNER_LEVELS),
+            intervals.replicate_metrics(scores, members, resamples, PLANNER_LEVELS),
+            resamples.method)
         rows["auc"].append(summary["auc"])
         for key in keys:
             for suffix in ("", "_ci", "_measurable"):
@@ -122,9 +128,10 @@ def plan_references(data: AttackInput, specs: list[Spec], targets: list[int],
     return {
         "attacks": planned, "reference_free": reference_free, "targets": list(targets),
         "levels": list(PLANNER_LEVELS),
-        "interval": "the metrics module's interval for TPR at each level, pooled over targets; "
-                    "enough_references: the smallest count whose next doubling is expected to "
-                    "change TPR@0.1% by less than half that interval at the audit's own count",
+        "interval": "95% crossed-bootstrap interval of the pooled TPR (targets and samples "
+                    "resampled, as the audit's own; miaudit.intervals); enough_references: the "
+                    "smallest count whose next doubling is expected to change TPR@0.1% by less "
+                    "than half that interval at the audit's own count",
     }
 
 
