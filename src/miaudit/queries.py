@@ -4,7 +4,9 @@ A query maps a batch-forward function and an input batch to logits. The audit st
 of every (model, sample, query). Stochastic queries (input dropout) return the log of the mean
 softmax over their passes, which is a valid logit vector for every downstream signal.
 Presets (LiRA/RMIA code): ``augs2`` = identity + flip, ``augs18`` = 2 flips x 3x3 shifts of
-+-1 pixel, ``augs50`` = 2 flips x 5x5 shifts of +-2 pixels (reflect padding).
++-1 pixel, ``augs50`` = 2 flips x 5x5 shifts of +-2 pixels (reflect padding); ``labels2``,
+``labels18``, ``labels50`` are the same transforms releasing the label only
+(:mod:`miaudit.label_queries`).
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ PRESETS: dict[str, list[str]] = {
     "augs2": ["identity", "flip"],
     "augs18": shift_grid(1),
     "augs50": shift_grid(2),
+    # label-only versions (miaudit.label_queries): the augmentation attack's flips and shifts
+    "labels2": ["label", "label:flip=True"],
+    "labels18": [spec.replace("shift:", "label:") for spec in shift_grid(1)],
+    "labels50": [spec.replace("shift:", "label:") for spec in shift_grid(2)],
 }
 
 

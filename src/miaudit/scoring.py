@@ -179,6 +179,9 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path, *,
         if attack.min_references > outputs.num_models - 1:
             raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")
+        if attack.needs_features:
+            raise ConfigError(f"attacks[{index}] regresses on the inputs, which outputs made "
+                              "elsewhere lack: run it in an audit")
         if attack.needs_population and not population.size:
             raise ConfigError(f"attacks[{index}] needs population data: pass --population "
                               "(indices of samples no model trained on)")

@@ -1,6 +1,6 @@
 """The ``miaudit`` command line (typer): every command is mounted here, once.
 
-Each command lives in its module (:mod:`.commands`: audit, report, score, config;
+Each command lives in its module (:mod:`.commands`: audit, report, score, plan, config;
 :mod:`.compare`; :mod:`.dp_audit`; :mod:`.privacy`: the DP accounting group; :mod:`.listings`)
 and reports user errors through the one decorator of :mod:`.errors`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from miaudit.cli.commands import audit, parse_set_items, report, score, show_config
+from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
 from miaudit.cli.compare import compare
 from miaudit.cli.dp_audit import audit_command
 from miaudit.cli.errors import fail, user_errors
@@ -24,6 +24,7 @@ app = typer.Typer(help="Membership-inference privacy audits of neural networks."
 app.command()(audit)
 app.command()(report)
 app.command()(score)
+app.command()(plan)
 app.command("config")(show_config)
 for _command, (_registry, _title) in LISTINGS.items():
     app.command(_command)(listing_command(_registry, _title))

@@ -178,6 +178,20 @@ def score(
 
 
 @user_errors()
+def plan(run_dir: Annotated[Path, typer.Argument(help="a finished audit's directory")]) -> None:
+    """How many reference models the audit needs: re-score its reference-based attacks with
+    2, 4, 8, ... references (TPR@0.1%/1% with intervals, AUC) and extrapolate where another
+    doubling stops mattering; stored in results.json (reference_planner)."""
+    from miaudit.reference_planner import format_plan, plan_run
+    from miaudit.reporting.html import REPORT_FILE, write_html_report
+
+    for line in format_plan(plan_run(run_dir)):
+        console.print(line, markup=False, highlight=False)
+    if (run_dir / REPORT_FILE).exists():  # keep an existing report in step with results.json
+        console.print(f"HTML report: {write_html_report(run_dir)}", markup=False)
+
+
+@user_errors()
 def show_config(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML config file")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="key.path=value")] = None,

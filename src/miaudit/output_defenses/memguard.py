@@ -32,6 +32,10 @@ from miaudit.registry import OUTPUT_DEFENSES
 class OutputDefense:
     """Base class of output post-processors (see the module docstring)."""
 
+    #: True when every released vector keeps the predicted label (both MemGuards): label-only
+    #: queries, boundary distances included, then see the undefended model's decisions
+    preserves_labels: bool = False
+
     def apply(self, logits: np.ndarray, labels: np.ndarray, member_mask: np.ndarray,
               seed: int | None = None) -> np.ndarray:
         raise NotImplementedError
@@ -57,6 +61,8 @@ def _check_inputs(logits: np.ndarray, labels: np.ndarray,
 class LabelOnlyMemGuard(OutputDefense):
     """Choquette-Choo et al. 2021's strongest MemGuard: release 1/C + delta for the predicted
     class and 1/C - delta/(C-1) for the others, so only the label leaks (option delta, 1e-3)."""
+
+    preserves_labels = True
 
     def __init__(self, delta: float = 1e-3):
         if not delta > 0:

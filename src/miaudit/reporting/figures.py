@@ -142,3 +142,26 @@ def privacy_utility(points: Sequence[dict[str, Any]]) -> Any:
     axis.grid(True, linewidth=0.3, alpha=0.5)
     axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return figure
+
+
+def planner_curves(planned: dict[str, dict[str, Any]], key: str) -> Any:
+    """TPR at one FPR level (``key``, e.g. "tpr@0.1%") against the number of reference models
+    (log2 axis), one line per attack with its interval as error bars."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    colors = distinct_colors(len(planned))
+    for (label, rows), color in zip(planned.items(), colors):
+        counts = np.array(rows["references"])
+        tpr = 100 * np.array(rows[key])
+        ci = 100 * np.array(rows[f"{key}_ci"])
+        axis.errorbar(counts, tpr, yerr=[tpr - ci[:, 0], ci[:, 1] - tpr], color=color,
+                      marker="o", markersize=3, linewidth=1.2, capsize=2, label=label)
+        if rows.get("enough_references"):
+            axis.axvline(rows["enough_references"], color=color, linestyle=":", linewidth=0.8)
+    axis.set(xscale="log", xlabel="reference models", ylabel=f"{key.upper()} FPR (%)",
+             title=f"{key.upper()} against the number of references (dotted: enough)")
+    axis.set_xscale("log", base=2)
+    axis.title.set_fontsize(10)
+    axis.grid(True, which="major", linewidth=0.3, alpha=0.5)
+    axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
+    return figure

@@ -4,7 +4,8 @@ One file, no network: inline CSS, figures as inline SVG, thumbnails as base64 PN
 Sections: settings and provenance, headline, log-log ROC curves per attack family (pooled curve,
 range over targets shaded), the attack table, target-model accuracy, per-class leakage, the DP
 bound and empirical epsilon (when the targets were trained with DP-SGD), the memorization
-analysis (when memorization.json exists) and the most exposed members (when exposed.npz exists).
+analysis (when memorization.json exists), the most exposed members (when exposed.npz exists)
+and the reference planner's curves (when ``miaudit plan`` has run).
 """
 
 from __future__ import annotations
@@ -350,6 +351,22 @@ def exposed_section(view: RunView, exposed: dict[str, Any]) -> str:
             f'<div class="thumbs">{"".join(items)}</div>')
 
 
+def planner_section(planner: dict[str, Any]) -> str:
+    """The reference planner (``miaudit plan``): TPR against the number of references."""
+    planned = planner["attacks"]
+    figures_html = "".join(
+        f"<figure>{figures.to_svg(figures.planner_curves(planned, key), f'plan{i}')}</figure>"
+        for i, key in enumerate(("tpr@0.1%", "tpr@1%")))
+    rows = "".join(
+        f"<tr><td>{escape(label)}</td><td class=\"n\">{rows['references'][-1]}</td>"
+        f"<td class=\"n\">{rows['enough_references'] or 'n/a'}</td>"
+        f"<td>{escape(rows['how'])}</td></tr>" for label, rows in planned.items())
+    table = ("<table><tr><th>attack</th><th>references in this audit</th>"
+             f"<th>enough references</th><th>how</th></tr>{rows}</table>")
+    return (f'<div class="figs">{figures_html}</div>{table}'
+            f'<p class="note">{escape(planner["interval"])}</p>')
+
+
 # -- the page -------------------------------------------------------------------------------
 def render_html(view: RunView) -> str:
     """The whole report page as a string."""
@@ -369,6 +386,9 @@ def render_html(view: RunView) -> str:
     if view.privacy:
         parts.append(section("Differential privacy: claimed vs empirical",
                              privacy_section(view, curves), "privacy"))
+    planner = view.summary.get("reference_planner")
+    if planner and planner.get("attacks"):
+        parts.append(section("How many reference models", planner_section(planner), "planner"))
     if view.memorization is not None:
         parts.append(section("Memorization", memorization_section(view), "memorization"))
     exposed = view.exposed()

@@ -10,8 +10,11 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import AttackInput
-from miaudit.config import build_output_defense
+from miaudit.config import build_attack, build_output_defense
+from miaudit.errors import ConfigError
+from miaudit.features import input_features
 from miaudit.io import write_json
+from miaudit.label_queries import protect_decision_columns
 from miaudit.planning import Plan
 from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.rundir import RunDir, scores_name
@@ -48,38 +51,61 @@ def clean_outputs(run: RunDir, planned: Audit,
                       for job in planned.jobs])[:, :, None]
     if cfg.output_defense is not None:
         apply_output_defense(clean, cfg.output_defense, planned.pool.y.numpy(),
-                             planned.plan.keep, planned.plan.split.holdout)
+                             planned.plan.keep, planned.plan.split.holdout, [CLEAN_QUERY])
     return clean, 0, CLEAN_QUERY
 
 
 def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep: np.ndarray,
-                         holdout: np.ndarray) -> None:
+                         holdout: np.ndarray, query_names: list[str]) -> None:
     """Replace every model's released outputs by the defended ones (in place). Each model's
     defender knows its own training set (its keep row) and the holdout set, never the
-    evaluated non-members."""
+    evaluated non-members. Boundary-distance columns stay: they are no released vector."""
     defense = build_output_defense(spec)
     reference = np.zeros(keep.shape[1], dtype=bool)
     reference[holdout] = True
+    kept = protect_decision_columns(query_names)
+    if kept.size and not getattr(defense, "preserves_labels", False):
+        raise ConfigError("boundary queries measure the undefended model's decision boundary; "
+                          f"output defense {spec!r} may change labels, so drop the boundary "
+                          "queries or use memguard_label_only")
     for index in range(len(keep)):
+        original = logits[index][:, kept].copy()
         logits[index] = defense.apply(logits[index], labels, keep[index],
                                       **({"holdout_mask": reference}
                                          if getattr(defense, "needs_holdout", False) else {}))
+        logits[index][:, kept] = original
+
+
+def attack_input(run: RunDir, planned: Audit) -> AttackInput:
+    """What the attacks see: every model's stored outputs (defended when configured), the
+    keep matrix, the population and, when an attack needs them, the attacker's features of
+    the inputs."""
+    from miaudit.text_audit import attack_extras
+
+    cfg, plan = planned.cfg, planned.plan
+    labels = planned.pool.y.numpy()
+    logits = load_all_outputs(run, planned)
+    if cfg.output_defense is not None:
+        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
+                             list(cfg.queries))
+    wants_features = any(getattr(build_attack(spec, f"attacks[{i}]"), "needs_features", False)
+                         for i, spec in enumerate(cfg.attacks))
+    return AttackInput(logits=logits, labels=labels, keep=plan.keep,
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       evaluated=plan.split.audited,
+                       features=input_features(planned.pool.x) if wants_features else None,
+                       **attack_extras(planned.pool))
 
 
 def score_stage(run: RunDir, planned: Audit, trained: Trained,
                 evaluated: Evaluated) -> dict[str, Any]:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
-    from miaudit.text_audit import attack_extras, text_model_stats
+    from miaudit.text_audit import text_model_stats
 
     cfg, plan = planned.cfg, planned.plan
-    labels = planned.pool.y.numpy()
-    logits = load_all_outputs(run, planned)
-    if cfg.output_defense is not None:
-        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
-    data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries), population=plan.split.population,
-                       evaluated=plan.split.audited, **attack_extras(planned.pool))
+    data = attack_input(run, planned)
+    labels, logits = data.labels, data.logits
     targets = list(plan.targets)
     privacy = trained.privacy
     with run.new_scores() as folder:
