@@ -58,7 +58,77 @@ ATTACK_SPECS: dict[str, tuple[str, ...]] = {
     "shokri": (),
     "shokri:folds=4": (),
     "salem": (),
+    # label-only attacks read labels (argmax) of label-only columns: the view below renames
+    # the columns, the logits stay the same array; QMIA adds features and a population
+    "label_augmentation": (),
+    "label_augmentation:calibrate=true": (),
+    "boundary_distance": (),
+    "boundary_distance:calibrate=true": (),
+    "qmia": (),
+    "qmia:loss=gaussian": (),
 }
+LABEL_ATTACKS = ("label_augmentation", "boundary_distance")
+
+
+def label_view(data: AttackInput) -> AttackInput:
+    """The same logits read as label-only columns: the first half as ``label`` queries, the
+    rest as ``boundary`` queries (only the argmax / max is read, so the cost is the real one)."""
+    queries = data.logits.shape[2]
+    names = [f"label:dx={q}" for q in range(queries // 2)] + \
+        [f"boundary:seed={q}" for q in range(queries - queries // 2)]
+    return AttackInput(data.logits, data.labels, data.keep, names)
+
+
+def qmia_view(data: AttackInput, features: int = 192, seed: int = 0) -> AttackInput:
+    """10% of the samples as population (no model trained on them) and 192 features per sample
+    (CIFAR-10's 8 x 8 x 3 pooled inputs)."""
+    rng = np.random.default_rng(seed)
+    samples = len(data.labels)
+    population = np.arange(samples - samples // 10, samples)
+    keep = data.keep.copy()
+    keep[:, population] = False
+    return AttackInput(data.logits, data.labels, keep, data.query_names, population=population,
+                       features=rng.standard_normal((samples, features), dtype=np.float32))
+
+
+def boundary_query_seconds(samples: int = 32, budget: int = 1000) -> float:
+    """CPU seconds per queried sample of the ``boundary`` query (HopSkipJump, ``budget`` label
+    queries) on a CIFAR-10-sized small_cnn, one thread."""
+    import torch
+
+    from miaudit.models import build_model
+    from miaudit.queries import build_query
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model("small_cnn", input_shape=(3, 32, 32), num_classes=10)
+    x = torch.rand(samples, 3, 32, 32)
+    # fitted to random labels, so that its decisions vary (an untrained net predicts one class
+    # everywhere, and HopSkipJump would stop at once for want of an adversarial start)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    labels = torch.randint(0, 10, (samples,))
+    for _ in range(100):
+        loss = torch.nn.functional.cross_entropy(model(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    calls = []
+
+    def forward(batch):
+        calls.append(len(batch))
+        return model(batch)
+
+    query = build_query(f"boundary:budget={budget}")
+    started = time.process_time()
+    with torch.no_grad():
+        out = query(forward, x, torch.Generator().manual_seed(0))
+    seconds = (time.process_time() - started) / samples
+    distances = out.max(-1).values - 1
+    print(f"boundary query: {len(calls) - 1} label queries per sample (budget {budget}), "
+          f"{len(torch.unique(out.argmax(-1)))} distinct labels, median L2 distance "
+          f"{float(distances.median()):.3f}")
+    return seconds
 
 
 def synthetic_logits(models: int, samples: int, queries: int, classes: int,
@@ -125,6 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=18)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--only", nargs="*", help="attack specs to run (default: all)")
+    parser.add_argument("--boundary", action="store_true", help="also time the boundary query "
+                        "(HopSkipJump) per queried sample on a CIFAR-10-sized small_cnn")
     args = parser.parse_args(argv)
     if args.small:
         args.samples, args.models = 6_000, 16
@@ -148,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     target, references = 0, np.arange(1, args.models)
 
     signal_seconds: dict[str, float] = {}
-    print(f"{'attack':44s} {'seconds':>8s} {'peak MiB':>9s} {'x signal':>8s}  AUC")
+    print(f"{'attack':44s} {'seconds':>8s} {'cpu s':>8s} {'peak MiB':>9s} {'x signal':>8s}  AUC")
+    views = {"label": label_view(data), "qmia": qmia_view(data)}
     for spec in specs:
         needed = ATTACK_SPECS.get(spec, ("log_prob", "logit_conf"))
         for name in [n for n in data._signals if n not in needed]:
@@ -158,13 +231,21 @@ def main(argv: list[str] | None = None) -> None:
                 signal_seconds[name], _ = measure(lambda name=name: data.signal(name))
         attack_name, options = parse_spec(spec)
         attack = ATTACKS.build(attack_name, **options)
+        view = views["label"] if attack_name in LABEL_ATTACKS else \
+            views["qmia"] if attack_name == "qmia" else data
         scores: list[np.ndarray] = []
+        cpu = time.process_time()
         seconds, peak = measure(
-            lambda attack=attack, scores=scores: scores.append(
-                attack.score(data, target, references)))
-        auc = _auc(scores[0], keep[target])
-        print(f"{spec:44s} {seconds:8.2f} {peak / 2**20:9.0f} {peak / signal_bytes:8.2f}  "
-              f"{auc:.3f}", flush=True)
+            lambda attack=attack, scores=scores, view=view: scores.append(
+                attack.score(view, target, references)))
+        cpu = time.process_time() - cpu
+        scored = np.setdiff1d(np.arange(len(view.labels)), view.population)
+        auc = _auc(scores[0][scored], view.keep[target][scored])
+        print(f"{spec:44s} {seconds:8.2f} {cpu:8.2f} {peak / 2**20:9.0f} "
+              f"{peak / signal_bytes:8.2f}  {auc:.3f}", flush=True)
+    if args.boundary:
+        print(f"boundary query (HopSkipJump, budget 1000, small_cnn 3x32x32, 1 thread): "
+              f"{boundary_query_seconds():.2f} CPU s per queried sample", flush=True)
     for name, seconds in signal_seconds.items():
         print(f"signal {name!r}: computed once for all models in {seconds:.1f} s")
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10

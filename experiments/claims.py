@@ -192,6 +192,12 @@ C_ROWS = [
         ("direct SNN T=4: RMIA", "6_snn_direct_t4", "rmia_simple", (63.85, 1.04, 5.76), 87.0),
         ("direct SNN T=4: RMIA + dropout", "6_snn_direct_t4", "rmia_simple+input_dropout",
          (67.58, 3.56, 8.86), 87.0))],
+    # issue 26: under rotation (every model the target in turn, same-architecture references)
+    *[c_row(f"[rot] {label}", stem, attack, paper, acc, "paper_c_rotation") for label, stem,
+      attack, paper, acc in (
+        ("ANN: Attack-P", "0_ann", "attack_p", (56.61, 0.0, 0.0), 90.9),
+        ("ANN: Attack-R", "0_ann", "attack_r", (59.49, 0.0, 0.0), 90.9),
+        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9))],
 ]
 
 B_ROWS = [
@@ -204,7 +210,16 @@ B_ROWS = [
     Row("ResNet-14 (memorization)", "paper_b_memorization", "1_resnet14",
         paper={"rho_members": 0.501, "rho_nonmembers": 0.784}),
 ]
-ROWS = {row.label: row for row in A_ROWS + C_ROWS + B_ROWS}
+# Label-only MemGuard (paper A's Table 8 defense) audited with the label-only attacks of
+# Choquette-Choo et al. 2021 (issue 27), at digits scale: paper A's CIFAR-10 row needs its
+# 16 ResNet-14s retrained (paper_a_defenses/4_memguard_label_only.yaml is ready for it).
+LABEL_ONLY_ROWS = [
+    Row("[digits] label-only MemGuard: boundary distance", "defenses", "7_memguard_label_only",
+        attack="boundary_distance:calibrate=true"),
+    Row("[digits] label-only MemGuard: LOSS", "defenses", "7_memguard_label_only",
+        attack="loss"),
+]
+ROWS = {row.label: row for row in A_ROWS + C_ROWS + B_ROWS + LABEL_ONLY_ROWS}
 
 AUC = ("auc",)
 AUC_1 = ("auc", "tpr@1%")
@@ -224,6 +239,10 @@ CLAIMS = [
         "ResNet-14 + L1 1e-5", "ResNet-14 + L2 1e-5", "ResNet-14 + MMD + mix-up")],
     Claim("A, Tab. 8", "ResNet-14 + MemGuard (label only)", "SDENet sigma=2", AUC,
           note="the paper's label-only TPRs are 0, below SDENet's: AUC is the claim"),
+    Claim("Choquette-Choo et al. 2021, on A, Tab. 8's defense",
+          "[digits] label-only MemGuard: boundary distance", "[digits] label-only MemGuard: LOSS",
+          AUC, note="confidence masking leaves label-only attacks their power: the defense "
+                    "keeps every label"),
     Claim("A, Fig. 5", "SDENet sigma=2", "", ("tpr@0.1%", "tpr@1%"), "under_bound"),
     Claim("A, Fig. 5", "SDENet k=0.5 (sigma=1)", "", ("tpr@0.1%", "tpr@1%"), "under_bound"),
     Claim("A, Fig. 5", "SDENet sigma=0", "", ("tpr@0.1%", "tpr@1%"), "exceeds_bound"),
@@ -235,6 +254,8 @@ CLAIMS = [
     Claim("A, Tab. 6", "ODENet, 1 block, Euler", "ODENet, 1 block, RK4", kind="similar"),
     Claim("C, Tab. 2", "ANN: RMIA", "ANN: Attack-R", AUC),
     Claim("C, Tab. 2", "ANN: Attack-R", "ANN: Attack-P", AUC),
+    Claim("C, Tab. 2 (rotation)", "[rot] ANN: RMIA", "[rot] ANN: Attack-R", AUC),
+    Claim("C, Tab. 2 (rotation)", "[rot] ANN: Attack-R", "[rot] ANN: Attack-P", AUC),
     Claim("C, Tab. 4", "SNN T=4: RMIA", "SNN T=4: Attack-R", AUC),
     Claim("C, Tab. 4", "SNN T=4: Attack-R", "SNN T=4: Attack-P", AUC,
           note="the paper's own Table 4 has Attack-R below Table 2's Attack-P at T = 4"),

@@ -83,6 +83,7 @@ SPECS = [
     ("attack_r", {"variant": "paper_c"}), "rmia", ("rmia", {"offline": True}),
     ("rmia", {"reduce": "mean", "gamma": 1.0}), ("rmia", {"population": "target_nonmembers"}),
     "rmia_simple", ("rmia_simple", {"references": "plain"}),
+    ("rmia_simple", {"combine": "log_ratio"}),
     ("rmia_simple", {"references": "out"}), "shokri", ("shokri", {"classifier": "logistic"}),
     ("dropout_search", {"attack": "rmia_simple", "grid": ["identity", "flip"]}),
 ]
@@ -150,10 +151,12 @@ def test_lira_online_hand():
 
 def test_lira_offline_hand():
     data = from_phi(LIRA_PHI, LIRA_KEEP)
-    # one-sided: log Phi((2 - 0) / sqrt(2/3)), Phi(x) = erfc(-x / sqrt 2) / 2
-    expected = math.log(0.5 * math.erfc(-(2 / math.sqrt(2 / 3)) / math.sqrt(2)))
+    # one-sided (Sec. IV-C): z = (2 - 0) / sqrt(2/3); the test's Lambda = Phi(z),
+    # Phi(x) = erfc(-x / sqrt 2) / 2, is the score's CDF
+    z = 2 / math.sqrt(2 / 3)
     score = ATTACKS.build("lira", offline=True).score(data, 0, [1, 2, 3, 4, 5])[0]
-    assert score == pytest.approx(expected)
+    assert score == pytest.approx(z)
+    assert norm.cdf(score) == pytest.approx(0.5 * math.erfc(-z / math.sqrt(2)))
 
 
 def test_lira_offline_is_the_one_sided_gaussian_test():
@@ -171,9 +174,25 @@ def test_lira_offline_is_the_one_sided_gaussian_test():
     score = ATTACKS.build("lira", offline=True, center="mean").score(
         data, 0, np.arange(1, refs + 1))
     out = phi[1:]
-    np.testing.assert_allclose(score, norm.logcdf((phi[0] - out.mean(0)) / out.std(0)),
-                               rtol=1e-10)
-    np.testing.assert_allclose(np.exp(score), norm.cdf((phi[0] - mu) / sigma), atol=0.05)
+    np.testing.assert_allclose(score, (phi[0] - out.mean(0)) / out.std(0), rtol=1e-10)
+    np.testing.assert_allclose(norm.cdf(score), norm.cdf((phi[0] - mu) / sigma), atol=0.05)
+
+
+def test_lira_offline_combines_queries_by_stouffer_and_never_saturates():
+    """Extreme z (a confident target far above its OUT references): log Phi(z) is exactly
+    0.0 beyond z ~ 38 and tied these samples; the score keeps their order. With two queries
+    the per-query z combine as (z1 + z2) / sqrt 2 (Stouffer; Whitlock 2005, eq. 1)."""
+    refs = np.array([-1.0, 0.0, 1.0])  # OUT values of every sample: mean 0, std sqrt(2/3)
+    std = math.sqrt(2 / 3)
+    z = np.array([[40.0, 41.0], [50.0, 60.0], [100.0, 100.0], [-3.0, 1.0]])
+    phi = np.concatenate([(z * std)[None], np.broadcast_to(refs[:, None, None], (3, 4, 2))])
+    keep = np.zeros(phi.shape[:2], dtype=bool)
+    keep[0] = True
+    score = ATTACKS.build("lira", offline=True, center="mean").score(
+        from_phi(phi, keep), 0, [1, 2, 3])
+    np.testing.assert_allclose(score, z.sum(axis=1) / math.sqrt(2), rtol=1e-9)
+    assert norm.logcdf(z[:3]).max() == 0.0  # the old score: three samples tied at 0.0
+    assert score[2] > score[1] > score[0] > score[3]
 
 
 def test_watson_hand():
@@ -188,17 +207,18 @@ def test_watson_hand():
 def test_attack_p_hand():
     keep = [[True, True, False, False, False], [False] * 5]
     probs = np.array([[0.9, 0.8, 0.3, 0.6, 0.5], [0.5] * 5])
-    data = from_probs(probs, keep, population=[3, 4])
+    data = from_probs(probs, keep, population=[4])
     # paper C: the confidence itself, on the logit scale
     np.testing.assert_allclose(build("attack_p").score(data, 0, []),
                                np.log(probs[0] / (1 - probs[0])))
-    # Ye et al., population = the target's non-members, confidences {0.3, 0.6, 0.5}
+    # Ye et al., population = the target's non-members among the evaluated samples 0..3
+    # (never the population sample 4): confidences {0.3, 0.6}
     research = ATTACKS.build("attack_p", variant="ye", population="target_nonmembers")
-    np.testing.assert_allclose(research.score(data, 0, []), [1, 1, 1 / 3, 1, 2 / 3])
-    # Ye et al., disjoint population = samples 3 and 4, confidences {0.6, 0.5}
+    np.testing.assert_allclose(research.score(data, 0, []), [1, 1, 1 / 2, 1, 1 / 2])
+    # Ye et al., disjoint population = sample 4, confidence {0.5}
     disjoint = ATTACKS.build("attack_p", variant="ye").evaluate(data, 0, [])
-    np.testing.assert_allclose(disjoint.scores, [1, 1, 0, 1, 0.5])
-    assert disjoint.info == {"population_size": 2}
+    np.testing.assert_allclose(disjoint.scores, [1, 1, 0, 1, 1])
+    assert disjoint.info == {"population_size": 1}
 
 
 def test_attack_p_averages_the_probability_over_queries():
@@ -364,6 +384,22 @@ def test_rmia_simple_hand():
         assert score[0] == pytest.approx(math.log(ratio)), references
 
 
+def test_rmia_simple_combines_queries_as_attack_p_and_r_do():
+    """Two queries: Pr(x|theta) is the query-averaged probability for the target and every
+    reference (paper C Eq. 8, as Attack-P/R), not the mean of per-query log ratios."""
+    # target (.9, .5); references: IN (.6, .2), OUT (.4, .4)
+    probs = [[[0.9, 0.5]], [[0.6, 0.2]], [[0.4, 0.4]]]
+    data = from_probs(probs, [[True], [True], [False]])
+    target, pr_x = (0.9 + 0.5) / 2, ((0.6 + 0.2) / 2 + (0.4 + 0.4) / 2) / 2
+    score = build("rmia_simple").score(data, 0, [1, 2])[0]
+    assert score == pytest.approx(math.log(target / pr_x))
+    per_query = (math.log(0.9 / 0.5) + math.log(0.5 / 0.3)) / 2
+    old = ATTACKS.build("rmia_simple", combine="log_ratio").score(data, 0, [1, 2])[0]
+    assert old == pytest.approx(per_query) and old != pytest.approx(score)
+    # Attack-P's score is the logit of the same query-averaged Pr(x|theta)
+    assert build("attack_p").score(data, 0, [])[0] == pytest.approx(math.log(target / (1 - target)))
+
+
 def test_rmia_simple_is_the_papers_formula_under_the_2n_design():
     """n IN and n OUT references per sample: the balanced mean is literally paper C's
     (1/2n)(sum_IN Pr(x|theta') + sum_OUT Pr(x|theta')), the plain mean too."""
@@ -517,8 +553,8 @@ def test_lira_vs_loop(small, options):
             in_mu, in_sd = fits[True, i, q]
             if options.get("fixed_variance"):
                 out_sd = in_sd = pooled
-            if offline:
-                expected[i] += norm.logcdf(phi[0, i, q], out_mu, out_sd) / 3
+            if offline:  # Stouffer: sum of the per-query z over sqrt(queries)
+                expected[i] += (phi[0, i, q] - out_mu) / out_sd / np.sqrt(3)
             else:
                 expected[i] += (norm.logpdf(phi[0, i, q], in_mu, in_sd)
                                 - norm.logpdf(phi[0, i, q], out_mu, out_sd)) / 3
@@ -574,7 +610,8 @@ def test_rmia_vs_loop(small_population, reduce, offline, population):
             inside = prob[refs][data.keep[refs, i], i, q].mean() if i < 120 else out
             pr = 0.5 * (1.3 * out + 0.7) if offline else 0.5 * (inside + out)
             ratio[i, q] = prob[0, i, q] / pr
-    z = np.arange(120, 160) if population == "disjoint" else np.flatnonzero(~data.keep[0])
+    z = np.arange(120, 160) if population == "disjoint" else \
+        np.flatnonzero(~data.keep[0, :120])  # the evaluated non-members, never 120..159
     for i in range(160):
         passed = np.array([[ratio[i, q] / ratio[j, q] >= 1.3 for q in range(3)] for j in z])
         expected = passed.mean() if reduce == "mean" else (passed.sum(1) >= 2).mean()

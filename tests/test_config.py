@@ -95,7 +95,7 @@ def test_a_dumped_config_loads_back_unchanged():
 
 def test_fields_added_with_a_neutral_default_do_not_change_identities():
     train = validate_config({}).train
-    assert "ensemble" not in train.identity_dump() and "amp" not in train.identity_dump()
+    assert "ensemble" not in train.identity_dump() and "precision" not in train.identity_dump()
     assert validate_config({"train": {"ensemble": 4}}).train.identity_dump()["ensemble"] == 4
 
 

@@ -272,12 +272,26 @@ def test_restricted_unpickler_refuses_code(tmp_path, protocol):
         cifar.load_pickle(io.BytesIO(objects), "objects.pkl")
 
 
+def test_restricted_unpickler_refuses_arrays_declared_by_shape_alone():
+    """Before: a 127-byte pickle calling numpy.ndarray((500000000,)) allocated 500 MB."""
+    by_shape = b"cnumpy\nndarray\n((I500000000\ntS'u1'\ntR."
+    reconstruct = (b"cnumpy.core.multiarray\n_reconstruct\n(cnumpy\nndarray\n(I500000000\nt"
+                   b"S'b'\ntR.")
+    for payload in (by_shape, reconstruct):
+        assert len(payload) < 128
+        with pytest.raises(DataError, match="refusing an array of shape"):
+            cifar.load_pickle(io.BytesIO(payload), "bomb.pkl")
+    small = cifar.load_pickle(io.BytesIO(b"(dS'x'\ncnumpy\nndarray\n((I3\ntS'u1'\ntRs."), "p")
+    assert small["x"].shape == (3,) and type(small["x"]) is np.ndarray
+
+
 def test_restricted_unpickler_reads_plain_arrays_from_python3_pickles():
     array = np.arange(12, dtype=np.uint8).reshape(3, 4)
     for protocol in (2, 3, 4, 5):
         loaded = cifar.load_pickle(io.BytesIO(pickle.dumps({"data": array, "labels": [1]},
                                                            protocol=protocol)), "p")
         assert np.array_equal(loaded["data"], array) and loaded["labels"] == [1]
+        assert type(loaded["data"]) is np.ndarray
 
 
 def test_md5_verification_on_a_local_file(tmp_path):

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from miaudit.models import build_model
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.ensemble import ensemble_unsupported, fit_ensemble
-from miaudit.training.speedups import cuda_speedups
 
 
 def _data(shape: tuple[int, ...], n: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,15 +65,6 @@ def test_ensemble_rejects_batchnorm_dropout_and_unequal_members():
                      [0, 1])
 
 
-def test_cuda_speedups_are_a_no_op_on_cpu():
-    model = _build("small_cnn", (1, 8, 8), 0)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    same, context = cuda_speedups(model, torch.device("cpu"))
-    assert same is model and isinstance(context, contextlib.nullcontext)
-    assert all(v.is_contiguous() and torch.equal(v, before[k])
-               for k, v in same.state_dict().items())
-
-
 def test_train_ensemble_returns_what_train_model_returns():
     from miaudit.config import validate_config
     from miaudit.modeljob import train_ensemble, train_model
@@ -98,13 +86,3 @@ def test_train_ensemble_returns_what_train_model_returns():
         for key in ref_state:
             torch.testing.assert_close(state[key], ref_state[key], rtol=1e-4, atol=1e-5)
     assert [meta.get("ensemble") for _, meta in batched] == [2, 2, None]
-
-
-def test_fit_with_cuda_speedups_on_cpu_is_bit_identical():
-    x, y = _data((1, 8, 8))
-    params = TrainParams(epochs=1, batch_size=16)
-    plain, _ = fit(_build("small_cnn", (1, 8, 8), 0), x, y, params, Recipe(), TrainEnv(seed=1))
-    sped, _ = fit(_build("small_cnn", (1, 8, 8), 0), x, y, params, Recipe(),
-                  TrainEnv(seed=1, cuda_speedups=True))
-    for a, b in zip(plain.state_dict().values(), sped.state_dict().values()):
-        assert torch.equal(a, b)

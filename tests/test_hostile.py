@@ -312,6 +312,15 @@ BAD_INPUTS = {
     "non-UTF-8 file name": (_undecodable_name, "bad\\xff.png"),
     "YAML alias bomb": (_alias_bomb, "alias"),
     "YAML alias bomb in --set": (_set_alias_bomb, "--set model.options: more than"),
+    "a shift larger than the images": (lambda t: ["--set", "data.options.shape=[1, 6, 6]",
+                                                  "--queries", "shift:dx=100"], "6x6"),
+    "--epochs abc (a type error)": (lambda t: ["--epochs", "abc"], "'--epochs'"),
+    "an unknown flag": (lambda t: ["--epoch", "3"], "No such option: --epoch"),
+    "train.milestones outside training": (lambda t: ["--set", "train.milestones=[2.0, -1]"],
+                                          "train.milestones"),
+    "attack labels sharing a scores file": (lambda t: [
+        "--set", 'attacks=[{name: lira, label: "x y"}, {name: loss, label: "x_y"}]'],
+        "both save their scores as x_y.npy"),
 }
 
 
@@ -467,3 +476,115 @@ def test_report_modifies_nothing(tmp_path):
     assert result.exit_code == 0, result.output
     assert "lira" in result.output
     assert _listing(runs) == before
+
+
+# -- 9. miaudit score: bad input as for audit (issue 22) ------------------------------------
+def _score_files(root: Path) -> None:
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    keep = (np.arange(6)[:, None] % 2) == (np.arange(30)[None] % 2)
+    logits = rng.normal(size=(6, 30, 1, 3)).astype(np.float32)
+    np.save(root / "keep.npy", keep)
+    np.save(root / "logits.npy", logits)
+    np.save(root / "labels.npy", rng.integers(0, 3, 30))
+    np.save(root / "allkeep.npy", np.ones((6, 30), bool))
+    np.save(root / "keep0.npy", np.zeros((6, 0), bool))
+    np.save(root / "logits0.npy", np.zeros((6, 0, 1, 3), np.float32))
+    np.save(root / "labels0.npy", np.zeros(0, np.int64))
+    np.savez(root / "objects.npz", keep=np.array([1, None], dtype=object))
+    np.save(root / "pop_pickle.npy", np.array([1, None], dtype=object), allow_pickle=True)
+    np.savez(root / "pop.npz", a=np.arange(3), b=np.arange(2))
+    np.save(root / "pop_out.npy", np.array([0, 99]))
+    np.save(root / "pop_float.npy", np.array([1.7, 2.2]))
+    save_file({"keep": keep, "logits": logits, "labels": rng.integers(0, 3, 30)},
+              str(root / "meta.safetensors"), metadata={"query_names": "not json["})
+
+
+_FILES = ["--logits", "logits.npy", "--labels", "labels.npy", "--attacks", "loss;lira"]
+SCORE_BAD_INPUTS = {
+    "all-member keep, --balance warn": (["--keep", "allkeep.npy", *_FILES, "--balance", "warn"],
+                                        "needs both members and non-members"),
+    "zero samples": (["--keep", "keep0.npy", "--logits", "logits0.npy", "--labels",
+                      "labels0.npy"], "0 samples"),
+    "an .npz member that is a pickle": (["--keep", "objects.npz", *_FILES], "Python objects"),
+    "--population a pickle": (["--keep", "keep.npy", *_FILES, "--population", "pop_pickle.npy"],
+                              "Python objects"),
+    "--population an .npz": (["--keep", "keep.npy", *_FILES, "--population", "pop.npz"],
+                             "no array 'population'"),
+    "--population out of range": (["--keep", "keep.npy", *_FILES, "--population",
+                                   "pop_out.npy"], "0..29"),
+    "--population floats": (["--keep", "keep.npy", *_FILES, "--population", "pop_float.npy"],
+                            "integer sample indices"),
+    "safetensors metadata not JSON": (["meta.safetensors"], "JSON list"),
+    "--balance maybe": (["--keep", "keep.npy", *_FILES, "--balance", "maybe"], "maybe"),
+    "a folder for a file": (["--keep", ".", *_FILES], "is a folder, not a file"),
+    "colliding labels": (["--keep", "keep.npy", "--logits", "logits.npy", "--labels",
+                          "labels.npy", "--attacks", "loss;LOSS"], "both save their scores"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCORE_BAD_INPUTS))
+def test_score_bad_input_gives_one_clear_line_and_writes_nothing(tmp_path, monkeypatch, case):
+    _score_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args, expected = SCORE_BAD_INPUTS[case]
+    result = _cli("score", *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert expected in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_prints_paths_verbatim_on_one_line(tmp_path):
+    """Before: `miaudit compare "/tmp/nope[/red]"` was parsed as markup, and compare's errors
+    wrapped at the terminal's width."""
+    missing = tmp_path / ("x" * 150) / "nope[/red]"
+    result = _cli("compare", missing, env={"COLUMNS": "40"})
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and str(missing) in line
+
+
+class _Payload:
+    """Unpickling it would call print: weights_only loading must refuse it."""
+
+    def __reduce__(self):
+        return (print, ("unpickled!",))
+
+
+def test_a_pickled_pretrained_target_is_refused_with_one_line(tmp_path):
+    import pickle
+
+    (tmp_path / "target.pt").write_bytes(pickle.dumps({"w": _Payload()}))
+    np.save(tmp_path / "members.npy", np.arange(50))
+    path = _config_file(tmp_path, protocol="fixed_target", num_models=2, attacks=["loss"],
+                        target={"weights": str(tmp_path / "target.pt"),
+                                "members": str(tmp_path / "members.npy")})
+    result = _cli("audit", "-c", path, "--quiet")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: target.weights") and "not a plain state dict" in line
+    assert "unpickled!" not in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "tabular", "imagefolder"])
+def test_a_path_of_the_wrong_kind_is_named_as_such(tmp_path, command):
+    """Before: "does not exist" was said of paths that exist but are of the wrong kind."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    if command in ("report", "compare"):
+        result = _cli(command, a_file if command == "report" else tmp_path)
+        expected = f"{a_file} is a file, not a folder" if command == "report" else \
+            f"{tmp_path / 'results.json'} does not exist"
+    else:
+        data = {"name": "tabular", "options": {"path": str(tmp_path)}} if command == "tabular" \
+            else {"name": "imagefolder", "data_dir": str(a_file)}
+        result = _cli("audit", "-c", _config_file(tmp_path, data=data), "--quiet")
+        expected = f"{tmp_path} is a folder, not a file" if command == "tabular" else \
+            f"{a_file} is a file, not a folder"
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert expected in line, line

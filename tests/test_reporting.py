@@ -3,7 +3,6 @@ test_report_browser.py for the rendering check)."""
 
 from __future__ import annotations
 
-import json
 import re
 from html.parser import HTMLParser
 
@@ -30,6 +29,7 @@ from miaudit.reporting.exposed import flagged_counts, member_exposure, write_exp
 from miaudit.reporting.figures import distinct_colors, resample_roc
 from miaudit.reporting.html import write_html_report
 from miaudit.reporting.run_view import RunView
+from miaudit.results import read_results, write_results
 
 ATTACKS = ["loss", "lira", "lira:offline=true"]
 
@@ -190,9 +190,9 @@ def test_attack_choice_is_the_common_set_or_an_error(dp_run, tmp_path):
 def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     # A second run as a results file whose config differs in the recipe (compare reads only
     # results.json), instead of a second audit.
-    plain = json.loads((dp_run.run_dir / "results.json").read_text())
+    plain = read_results(dp_run.run_dir / "results.json")
     plain["config"]["train"]["recipe"] = "standard"
-    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    write_results(tmp_path / "plain.json", plain)  # sealed: an unsealed edit is refused
     runs = [dp_run.run_dir, tmp_path / "plain.json"]
     table = comparison([RunView(p) for p in runs], ["lira", "loss"])
     assert table.wide and len(table.rows) == 2
@@ -205,7 +205,7 @@ def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     assert comparison([RunView(p) for p in runs], None).wide  # 3 attacks: one row per run
     plain["attacks"]["lira"]["pooled"]["tpr@0.1%_measurable"] = True
     plain["attacks"]["loss"]["pooled"]["tpr@0.1%_measurable"] = False
-    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    write_results(tmp_path / "plain.json", plain)
     table = comparison([RunView(p) for p in runs], ["lira", "loss"])
     assert table.rows[1][4] == (f"{100 * lira['tpr@0.1%']:.2f} [{100 * lira['tpr@0.1%_ci'][0]:.2f}"
                                 f", {100 * lira['tpr@0.1%_ci'][1]:.2f}]")
@@ -214,8 +214,8 @@ def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     assert text.count("\n| 1. ") == 1 and text.count("\n| 2. ") == 1
     # A fourth common attack switches to one row per (run, attack).
     plain["attacks"]["lira copy"] = plain["attacks"]["lira"]
-    (tmp_path / "plain.json").write_text(json.dumps(plain))
-    (tmp_path / "again.json").write_text(json.dumps({**plain, "config": dp_run.summary["config"]}))
+    write_results(tmp_path / "plain.json", plain)
+    write_results(tmp_path / "again.json", {**plain, "config": dp_run.summary["config"]})
     long = comparison([RunView(tmp_path / "plain.json"), RunView(tmp_path / "again.json")])
     assert not long.wide and "attack" in long.header and len(long.rows) == 2 * 4
     assert [row[4] for row in long.rows[:4]] == [*ATTACKS, "lira copy"]

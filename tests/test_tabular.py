@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from miaudit.data import DataError
+from miaudit.data import DataError, tablefiles
 from miaudit.data import tabular as tabular_module
 from miaudit.data.location import load_location30
 
@@ -159,6 +159,23 @@ def test_gzip_and_tarball_member(tmp_path):
     assert torch.equal(zipped.x_train, member.x_train) and zipped.class_names == ["1", "2"]
     with pytest.raises(DataError, match="holds 2 files.*member"):
         load(path=tmp_path / "d.tgz")
+
+
+def test_a_decompression_bomb_is_refused_before_it_fills_memory(tmp_path, monkeypatch):
+    """Before: 2.6 MB of gzip expanding to 1 GiB ended in a MemoryError at 7.3 GB. The cap
+    is lowered here so the bomb stays small."""
+    monkeypatch.setattr(tablefiles, "MAX_DECOMPRESSED_BYTES", 2**20)
+    bomb = b"1,0\n2,1\n" * (2**20 // 8 + 1)  # just past the cap
+    (tmp_path / "bomb.csv.gz").write_bytes(gzip.compress(bomb))
+    with tarfile.open(tmp_path / "bomb.tgz", "w:gz") as tar:
+        info = tarfile.TarInfo("records")
+        info.size = len(bomb)
+        tar.addfile(info, io.BytesIO(bomb))
+    for name in ("bomb.csv.gz", "bomb.tgz"):
+        with pytest.raises(DataError, match=f"{name} expands to more than 1 MiB"):
+            load(path=tmp_path / name)
+    (tmp_path / "ok.csv.gz").write_bytes(gzip.compress(bomb[: 2**20 - 8]))
+    assert len(load(path=tmp_path / "ok.csv.gz").y_train) > 0  # at the cap: read
 
 
 def test_parsed_csv_comes_from_the_cache_and_not_the_data_folder(tmp_path, monkeypatch,

@@ -9,7 +9,6 @@ arguments only.
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -33,10 +32,13 @@ from miaudit.components import (
     build_recipe,
     check_queries,
 )
+from miaudit.configtools import format_errors, set_dotted
 from miaudit.errors import ConfigError
 from miaudit.executors import ExecutorConfig
 from miaudit.registry import DATASETS, MAX_OPTION_ITEMS, MODELS, RECIPES, check_size
+from miaudit.rundir import check_scores_names
 from miaudit.training.engine import TrainParams
+from miaudit.training.precision import check_precision, retire_amp
 
 MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit passes to models
 # A config file expands to at most this many values: YAML aliases share one object, so a
@@ -139,11 +141,18 @@ class TrainConfig(_Strict):
     # train up to this many same-architecture models at once as one vectorized ensemble
     # (torch.func; equal to sequential training within float tolerance; see training/ensemble)
     ensemble: int = Field(default=1, ge=1, le=256)
-    amp: bool = False  # CUDA only: channels_last + bfloat16 autocast (no-op on CPU)
+    # bf16: bfloat16 autocast (+ channels_last) on CPU and CUDA, float32 master weights and
+    # optimizer state; queries always run in float32 (see training/precision)
+    precision: Literal["fp32", "bf16"] = "fp32"
 
     #: fields added after layout 2 whose default reproduces the earlier behaviour exactly:
     #: left out of identities at that default, so adding them kept existing models valid
-    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "amp": False}
+    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "precision": "fp32"}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_amp(cls, raw: Any) -> Any:
+        return retire_amp(raw)
 
     def identity_dump(self) -> dict[str, Any]:
         """The JSON dump that identifies models trained with this config."""
@@ -159,10 +168,19 @@ class TrainConfig(_Strict):
         RECIPES.get(name)
         return name
 
+    @field_validator("milestones")
+    @classmethod
+    def _milestones(cls, milestones: tuple[float, ...]) -> tuple[float, ...]:
+        if any(not 0 < m < 1 for m in milestones) or list(milestones) != sorted(set(milestones)):
+            raise ValueError("milestones are increasing fractions of training, each in (0, 1) "
+                             f"(e.g. [0.5, 0.75]), got {list(milestones)}")
+        return milestones
+
     @model_validator(mode="after")
     def _components(self) -> TrainConfig:
         check_size(self.recipe_options, "train.recipe_options")
-        build_recipe(self)  # option names and values, before any training
+        recipe = build_recipe(self)  # option names and values, before any training
+        check_precision(self.precision, self.recipe, recipe, self.ensemble)
         return self
 
     def params(self) -> TrainParams:
@@ -171,7 +189,7 @@ class TrainConfig(_Strict):
         return TrainParams(**{name: getattr(self, name) for name in names})
 
 
-_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "amp"}
+_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "precision"}
 if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(TrainParams)}:
     raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
 
@@ -281,6 +299,7 @@ class AuditConfig(_Strict):
         labels = [attack_label(spec)[0] for spec in self.attacks]
         if len(set(labels)) != len(labels):
             raise ValueError(f"attack labels must be distinct, got {labels}")
+        check_scores_names(labels)
         references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
         for index, spec in enumerate(self.attacks):
             attack = build_attack(spec, f"attacks[{index}]")
@@ -357,7 +376,7 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
             raise ConfigError(f"config file {source} must hold a mapping, got "
                               f"{type(raw).__name__}")
     for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
+        set_dotted(raw, dotted, value)
     return validate_config(raw)
 
 
@@ -367,29 +386,4 @@ def validate_config(raw: dict[str, Any]) -> AuditConfig:
     try:
         return AuditConfig.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(_format_errors(error)) from None
-
-
-def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = raw
-    for key in parents:
-        child = node.setdefault(key, {})
-        if child is None:
-            child = node[key] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"cannot set {dotted}: {key} is not a section")
-        node = child
-    node[leaf] = value
-
-
-def _format_errors(error: ValidationError) -> str:
-    problems = []
-    for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = item["msg"].removeprefix("Value error, ")
-        value = item.get("input")
-        if isinstance(value, float) and not math.isfinite(value):
-            message += f" (got {value})"
-        problems.append(f"{field}: {message}")
-    return "invalid audit config: " + "; ".join(problems)
+        raise ConfigError(format_errors(error)) from None

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import ExternalOutputsError
+from miaudit.io import path_problem
 from miaudit.outputfiles import (
     SUFFIXES,
     Source,
@@ -118,11 +119,17 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
     score needs reference models of the other kind. ``population`` samples (never trained
     on) are exempt from the "none" check."""
     if balance not in BALANCE_POLICIES:
-        raise ValueError(f"balance must be one of {BALANCE_POLICIES}, got {balance!r}")
+        raise ExternalOutputsError(f"balance must be one of {', '.join(BALANCE_POLICIES)}, "
+                                   f"got {balance!r}")
     keep = as_bool_keep(np.asarray(keep), sources["keep"])
     if keep.ndim != 2:
         raise ExternalOutputsError(f"{sources['keep']}: keep must be (models, samples), got "
                                    f"shape {keep.shape}")
+    if keep.shape[1] == 0:
+        raise ExternalOutputsError(f"{sources['keep']}: keep has 0 samples; the outputs "
+                                   "need the samples the models were queried on")
+    if population is not None:
+        population = population_indices(population, keep.shape[1], "population")
     if keep.shape[0] < 2:
         raise ExternalOutputsError(
             f"{sources['keep']}: {keep.shape[0]} model; an audit needs at least 2 (a target "
@@ -145,6 +152,27 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
         f"model{m}" for m in range(keep.shape[0])]
     return ExternalOutputs(keep=keep, logits=logits, labels=labels, query_names=queries,
                            model_names=models)
+
+
+def population_indices(array: Any, samples: int, where: str) -> np.ndarray:
+    """Sorted unique (P,) int64 sample indices in 0..samples-1; anything else (floats,
+    another shape, out of range) raises naming ``where``."""
+    array = np.asarray(array)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ExternalOutputsError(f"{where}: expected a 1-D array of integer sample indices, "
+                                   f"got {array.dtype} of shape {array.shape}")
+    indices = array.astype(np.int64)
+    if indices.size and (indices.min() < 0 or indices.max() >= samples):
+        raise ExternalOutputsError(f"{where}: indices must lie in 0..{samples - 1} (the "
+                                   f"samples), got {indices.min()}..{indices.max()}")
+    return np.unique(indices)
+
+
+def read_population(path: Source) -> np.ndarray:
+    """The attacker's population as sample indices from an array file (checked for range
+    once the outputs are read)."""
+    return population_indices(load_array(path, "population"), np.iinfo(np.int64).max,
+                              str(path))
 
 
 def _finite_logits(logits: np.ndarray, where: str) -> np.ndarray:
@@ -292,7 +320,7 @@ def read_lira_experiment(root: Source, *, labels: Source | None = None,
     dirs = lira_model_dirs(root)
     labels_path = Path(labels).expanduser() if labels is not None else root / "y_train.npy"
     if not labels_path.is_file():
-        raise ExternalOutputsError(f"{labels_path} does not exist; pass labels= (an .npy of "
+        raise ExternalOutputsError(f"{path_problem(labels_path)}; pass labels= (an .npy of "
                                    "the N class indices)")
     keep, keep_name = read_keep([d / "keep.npy" for d in dirs])
     logits, logits_name = read_logits([lira_logits_file(d, epoch) for d in dirs])

@@ -7,7 +7,8 @@
   hyper-parameters (:func:`section_dump`: fields added later are left out at their neutral
   default), the model's seed, its membership row, the device kind and the digests of the
   user's own code it depends on (:func:`code_digests`); a pre-trained target: its weights
-  file and its members (:func:`pretrained_identity`).
+  file and its members (:func:`pretrained_identity`); for a derived model (ANN -> SNN
+  conversion, replace-then-finetune) also its parent's model identity.
 * a **query output**: the model and the query spec.
 * an **evaluation**: the model and the evaluation settings.
 """
@@ -90,13 +91,16 @@ def run_identity(*, data: dict[str, Any], seed: int, protocol: str, model: dict[
 
 def model_identity(*, data: dict[str, Any], model: dict[str, Any], train: dict[str, Any],
                    model_seed: int, membership: np.ndarray, holdout: np.ndarray,
-                   device_kind: str, code: list[str] = ()) -> str:
+                   device_kind: str, code: list[str] = (), parent: str | None = None) -> str:
+    """``parent``: the identity of the trained model a derived recipe starts from (left out
+    when None, so models without one keep their identities)."""
     return text_digest({
         "version": IDENTITY_VERSION, "data": data, "model": model, "train": train,
         "code": list(code),
         "model_seed": model_seed, "device": device_kind,
         "membership": hashlib.sha256(np.packbits(membership).tobytes()).hexdigest(),
         "holdout": hashlib.sha256(np.asarray(holdout, dtype=np.int64).tobytes()).hexdigest(),
+        **({} if parent is None else {"parent": parent}),
     })[:32]
 
 

@@ -34,8 +34,10 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(handle)
     tmp_path = Path(tmp_name)
     try:
-        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; keep the usual mode
         write(tmp_path)
+        # mkstemp makes 0600, and some writers (safetensors) recreate the file 0600: after
+        # writing, give it the mode any other file gets
+        os.chmod(tmp_path, 0o666 & ~_umask())
         with open(tmp_path, "rb+") as stream:
             os.fsync(stream.fileno())
         os.replace(tmp_path, path)
@@ -51,6 +53,16 @@ def _umask() -> int:
 
 def write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def path_problem(path: Path, want: str = "file") -> str:
+    """Why ``path`` is not the ``want`` ("file" or "folder") asked for: it does not exist, or
+    it is of the other kind (never "does not exist" of a path that exists)."""
+    path = Path(path)
+    if not path.exists():
+        return f"{path} does not exist"
+    other = "folder" if path.is_dir() else "file" if path.is_file() else "special file"
+    return f"{path} is a {other}, not a {want}"
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -140,11 +152,21 @@ def sweep_temporaries(root: Path) -> int:
     return removed
 
 
+def plain_text(figure: Any) -> None:
+    """Draw every text of ``figure`` as written: user text (attack labels, run names) is
+    never matplotlib math, so a label such as "$\\foo$" cannot fail the rendering."""
+    from matplotlib.text import Text
+
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
+
+
 def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
     """Save a matplotlib figure atomically (format from the suffix) and close it."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    plain_text(figure)
     try:
         atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi,
                                                       format=path.suffix.lstrip(".") or "png"))

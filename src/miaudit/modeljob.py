@@ -7,6 +7,7 @@ configs, the data pool and the plan, never the pipeline.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class ModelJob:
     seed: int
     identity: str
     pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
+    parent: ModelJob | None = None  # the model a derived recipe starts from (miaudit.parents)
 
 
 def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:
@@ -63,13 +65,19 @@ def model_meta(job: ModelJob, recipe: str, train_seconds: float, log: dict[str, 
 
 
 def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
-                progress: Any = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta)."""
+                progress: Any = None, parent_state: dict[str, torch.Tensor] | None = None
+                ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Train model ``job.index`` on its members; returns (state dict, JSON-able meta). With
+    ``parent_state`` (the weights of ``job.parent``), a derived recipe continues from them."""
     if job.pretrained is not None:
         return load_pretrained(job, pool)
     recipe = build_recipe(job.train)
     torch.manual_seed(job.seed)
     model = build_registry_model(job.model, pool)
+    train = recipe.train
+    if parent_state is not None:
+        model.load_state_dict(parent_state, strict=True)
+        train = recipe.train_from_parent
     member = torch.from_numpy(plan.keep[job.index])
     x_val = y_val = None
     if recipe.needs_validation:
@@ -77,15 +85,16 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
         x_val, y_val = pool.x[held_out], pool.y[held_out]
     started = time.perf_counter()
     env = TrainEnv(device=device, seed=job.seed, progress=progress,
-                   cuda_speedups=job.train.amp)
+                   precision=job.train.precision)
     try:
-        model, log = recipe.train(model, pool.x[member], pool.y[member], job.train.params(),
-                                  env, x_val, y_val)
+        model, log = train(model, pool.x[member], pool.y[member], job.train.params(), env,
+                           x_val, y_val)
     except FloatingPointError as error:
         raise MiauditError(f"model {job.index} diverged: {error}; lower train.lr "
                            f"(now {job.train.lr})") from None
     meta = model_meta(job, job.train.recipe, round(time.perf_counter() - started, 3),
-                      _jsonable(log))
+                      _jsonable(log), **({"parent": job.parent.identity}
+                                         if parent_state is not None else {}))
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
 
 
@@ -105,7 +114,12 @@ def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
             raise DataError(f"target.weights {path}: expected a state dict, got "
                             f"{type(state).__name__}")
         build_architecture(job.model, job.train, pool).load_state_dict(state, strict=True)
-    except (RuntimeError, OSError, ValueError) as error:
+    except pickle.UnpicklingError as error:  # weights_only=True refused what the file holds
+        reason = str(error).splitlines()[0][:200]
+        raise DataError(f"target.weights {path} is not a plain state dict ({reason}); save "
+                        "the weights with safetensors or torch.save(model.state_dict())"
+                        ) from None
+    except (RuntimeError, OSError, ValueError, EOFError) as error:
         raise DataError(f"target.weights {path} do not load into model {job.model.name!r} "
                         f"(width {job.model.width}, options {job.model.options}): "
                         f"{str(error).splitlines()[0]}") from None

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from miaudit.errors import ExternalOutputsError
+from miaudit.io import path_problem
 
 SUFFIXES = (".npy", ".npz", ".safetensors")
 Source = str | Path
@@ -25,7 +26,7 @@ def load_array(path: Source, key: str | None = None) -> np.ndarray:
     ``.safetensors``."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ExternalOutputsError(f"{path} does not exist")
+        raise ExternalOutputsError(path_problem(path))
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise ExternalOutputsError(f"{path}: unsupported file type {suffix!r}; save the array "
@@ -76,7 +77,16 @@ def safetensors_query_names(path: Path) -> list[str] | None:
 
     with safe_open(str(path), framework="numpy") as handle:
         raw = (handle.metadata() or {}).get("query_names")
-    return None if raw is None else [str(name) for name in json.loads(raw)]
+    if raw is None:
+        return None
+    try:
+        names = json.loads(raw)
+    except json.JSONDecodeError:
+        names = None
+    if not isinstance(names, list):
+        raise ExternalOutputsError(f"{path}: metadata query_names must be a JSON list of "
+                                   f"names, got {raw[:60]!r}")
+    return [str(name) for name in names]
 
 
 # -- per-model and stacked arrays --------------------------------------------------------------

@@ -4,7 +4,9 @@ A query maps a batch-forward function and an input batch to logits. The audit st
 of every (model, sample, query). Stochastic queries (input dropout) return the log of the mean
 softmax over their passes, which is a valid logit vector for every downstream signal.
 Presets (LiRA/RMIA code): ``augs2`` = identity + flip, ``augs18`` = 2 flips x 3x3 shifts of
-+-1 pixel, ``augs50`` = 2 flips x 5x5 shifts of +-2 pixels (reflect padding).
++-1 pixel, ``augs50`` = 2 flips x 5x5 shifts of +-2 pixels (reflect padding); ``labels2``,
+``labels18``, ``labels50`` are the same transforms releasing the label only
+(:mod:`miaudit.label_queries`).
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ PRESETS: dict[str, list[str]] = {
     "augs2": ["identity", "flip"],
     "augs18": shift_grid(1),
     "augs50": shift_grid(2),
+    # label-only versions (miaudit.label_queries): the augmentation attack's flips and shifts
+    "labels2": ["label", "label:flip=True"],
+    "labels18": [spec.replace("shift:", "label:") for spec in shift_grid(1)],
+    "labels50": [spec.replace("shift:", "label:") for spec in shift_grid(2)],
 }
 
 
@@ -135,6 +141,42 @@ def expand_queries(specs: list[str]) -> list[str]:
 def build_query(spec: str) -> Query:
     name, options = parse_spec(spec)
     return QUERIES.build(name, **options)
+
+
+def check_fits(spec: str, height: int, width: int) -> None:
+    """Raise ValueError when the query's shift does not fit images of this size (reflect
+    padding needs a shift smaller than the image's height and width)."""
+    query = build_query(spec)
+    largest = max(abs(getattr(query, "dx", 0)), abs(getattr(query, "dy", 0)))
+    if largest >= min(height, width):
+        raise ValueError(f"query {spec!r} shifts by {largest} pixels, but the images are "
+                         f"{height}x{width}; shift by less than {min(height, width)}")
+
+
+CLEAN_QUERY = "identity"  # queried besides the configured ones when none of them is clean
+
+
+def is_clean(spec: str) -> bool:
+    """Whether ``spec`` shows the model the sample as it is (``identity``, ``shift`` by 0
+    without flip, as in ``augs18``): the query that accuracy is measured on. Names that are
+    no query spec (outputs made elsewhere, e.g. ``query3``) are not known to be clean."""
+    try:
+        query = build_query(spec)
+    except Exception:  # an unknown name or option: not a query this package can vouch for
+        return False
+    return type(query) is Query and not (query.flip or query.dx or query.dy)
+
+
+def clean_column(specs: list[str]) -> int | None:
+    """Index of the first clean query in ``specs`` (see :func:`is_clean`), or None."""
+    return next((index for index, spec in enumerate(specs) if is_clean(spec)), None)
+
+
+def stored_queries(specs: list[str]) -> list[str]:
+    """The queries an audit stores: ``specs``, plus the clean one when none of them is clean
+    (accuracy and the generalization gap are measured on clean inputs, never on an
+    augmentation)."""
+    return list(specs) if clean_column(specs) is not None else [*specs, CLEAN_QUERY]
 
 
 @torch.no_grad()

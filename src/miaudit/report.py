@@ -12,6 +12,7 @@ from rich.table import Table
 
 from miaudit import metrics
 from miaudit.io import save_figure
+from miaudit.results import EXTERNAL_SOURCE, caveat_lines
 from miaudit.rundir import audited_members, read_scores
 
 TABLE_KEYS = (*(metrics.tpr_key(level) for level in metrics.DEFAULT_FPR_LEVELS), "auc",
@@ -47,7 +48,9 @@ def attack_table(summary: dict[str, Any]) -> Table:
     for key in TABLE_KEYS:
         table.add_column(key.replace("balanced_accuracy", "bal. acc"), justify="right")
     for label, attack in summary["attacks"].items():
-        table.add_row(escape(label), *(_cell(attack, key, rotation) for key in TABLE_KEYS))
+        marker = " *" if attack.get("caveats") else ""
+        table.add_row(escape(label) + marker,
+                      *(_cell(attack, key, rotation) for key in TABLE_KEYS))
     return table
 
 
@@ -94,11 +97,14 @@ def model_line(summary: dict[str, Any]) -> str:
     stats = summary["target_models"]
     return (f"target models: train acc {_percent(stats['train_accuracy'])}%, "
             f"test acc {_percent(stats['test_accuracy'])}%, "
-            f"generalization gap {_percent(stats['generalization_gap'])} points")
+            f"generalization gap {_percent(stats['generalization_gap'])} points"
+            + (f" ({escape(stats['accuracy_note'])})" if stats.get("accuracy_note") else ""))
 
 
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(attack_table(summary))
+    for line in caveat_lines(summary):
+        console.print(line, markup=False, soft_wrap=True)
     if (line := strongest_line(summary)) is not None:
         console.print(line, markup=False)
     console.print(model_line(summary))
@@ -128,6 +134,18 @@ def privacy_line(summary: dict[str, Any]) -> str:
         line += (f"; largest empirical lower bound {bounds[best]:.3g} ({best}): "
                  f"guarantee {verdict}")
     return line
+
+
+def missing_report_note(run_root: Path, summary: dict[str, Any]) -> str | None:
+    """A line naming the report files a run stopped before rendering (they are removed when
+    results.json is replaced, so what exists always renders the current results)."""
+    external = summary.get("config", {}).get("source") == EXTERNAL_SOURCE
+    expected = ["roc.png"] + ([] if external else ["report.html"])
+    missing = [name for name in expected if not (Path(run_root) / name).exists()]
+    if not missing:
+        return None
+    return (f"{' and '.join(missing)} missing (the run stopped before its report stage): "
+            f"miaudit report {run_root} --plots --html renders them")
 
 
 def render_plots(run_root: Path, summary: dict[str, Any]) -> None:
@@ -191,8 +209,10 @@ def roc_figure(summary: dict[str, Any], curves: dict[str, tuple[np.ndarray, np.n
     for (label, attack), color, style in zip(summary["attacks"].items(), distinct_colors(count),
                                              line_styles(count)):
         fpr, tpr = curves[label]
+        # steps, as the HTML panels and tpr@FPR read the ROC: at an FPR, the largest TPR
+        # whose FPR does not exceed it (a tie group is a jump, not a slanted line)
         axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, color=color,
-                  label=f"{label} (AUC {attack['pooled']['auc']:.3f})")
+                  label=f"{label} (AUC {attack['pooled']['auc']:.3f})", drawstyle="steps-post")
     axis.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
     axis.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
              xlabel="false positive rate", ylabel="true positive rate",

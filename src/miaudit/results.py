@@ -9,6 +9,7 @@ HTML report, the markdown tables) print percent, and say so.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from miaudit.errors import RunDirError
-from miaudit.io import read_json
+from miaudit.io import path_problem, read_json, text_digest, write_json
 
 LAYOUT = 2
 
@@ -151,12 +152,35 @@ def _table_row(attack: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
+DIGEST_KEY = "sha256"  # results.json's digest of its own content (it has no data file)
+
+
+def write_results(path: Path, summary: dict[str, Any]) -> None:
+    """Write ``summary`` with the digest of its JSON content, so damage is found on reading."""
+    content = json.loads(json.dumps(summary))  # the digest covers what a reader parses back
+    write_json(path, {**content, DIGEST_KEY: text_digest(content)})
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """results.json, verified against its digest; a damaged or edited file is named."""
+    summary = read_json(path)
+    stored = summary.pop(DIGEST_KEY, None)
+    if stored != text_digest(summary):
+        problem = "no digest" if stored is None else "its content does not match its digest"
+        raise RunDirError(f"{path} is damaged ({problem}); rerun the audit (or miaudit score) "
+                          "to rebuild it: it reuses every trained model")
+    return summary
+
+
 def load_summary(run_root: Path) -> dict[str, Any]:
     """results.json of a finished run, checked against the schema."""
+    if not Path(run_root).is_dir():
+        raise RunDirError(f"{path_problem(Path(run_root), 'folder')}: give a run directory")
     path = Path(run_root) / "results.json"
     if not path.exists():
         raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
-    summary = read_json(path)
+    summary = read_results(path)
     # layout 1 wrote no layout key but had attacks; {} (or a hand-cut file) is neither
     layout = summary.get("layout", 1 if "attacks" in summary else None)
     if layout is None:
@@ -174,3 +198,12 @@ def load_summary(run_root: Path) -> dict[str, Any]:
         raise RunDirError(f"{path} names scores folder {summary['scores_dir']}, which is "
                           "missing; rerun the audit to rebuild it")
     return summary
+
+
+def caveat_lines(summary: dict[str, Any]) -> list[str]:
+    """One line per warning an attack gave about its own numbers (marked * in the table)."""
+    labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it
+    for label, attack in summary["attacks"].items():
+        for caveat in attack.get("caveats", []):
+            labels.setdefault(caveat, []).append(label)
+    return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]

@@ -15,7 +15,7 @@ Layout (``LAYOUT`` = 2)::
     RUN/models/0003/eval/<key>.json    evaluate stage (robust accuracy), keyed likewise
     RUN/scores-<generation>/<attack>.npy   score stage: (targets x audited) scores
     RUN/results.json                   names the scores generation it belongs to
-    RUN/roc.png, report.html, ...      report stage
+    RUN/roc.png, report.html, ...      report stage (removed before results.json is replaced)
     RUN/.lock                          advisory lock held by the running process
 
 A record's identity is checked on every read: a record made for another identity (changed
@@ -47,6 +47,7 @@ from miaudit.io import (
     read_json,
     read_tensors,
     sweep_temporaries,
+    text_digest,
     write_array,
     write_bytes,
     write_json,
@@ -54,6 +55,8 @@ from miaudit.io import (
 )
 
 LAYOUT = 2
+# what the report stage renders from results.json and its scores generation
+REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz")
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 
@@ -161,11 +164,11 @@ class RunDir:
     def save_model(self, index: int, identity: str, state: dict[str, Any],
                    meta: dict[str, Any]) -> dict[str, Any]:
         """Weights, then the record (identity + digest + meta) that marks the model complete."""
-        folder = self.model_dir(index)
-        write_tensors(folder / WEIGHTS, _unshare(state))
-        record = {"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta}
-        write_json(folder / MODEL_RECORD, record)
-        return record
+        return save_model_folder(self.model_dir(index), identity, state, meta)
+
+    # -- parents of derived models (miaudit.parents) ----------------------------------------------
+    def parent_dir(self, identity: str) -> Path:
+        return self.root / "parents" / identity
 
     def load_weights(self, index: int) -> dict[str, Any]:
         return read_tensors(self.model_dir(index) / WEIGHTS)
@@ -192,6 +195,27 @@ class RunDir:
     def eval_path(self, index: int, key: str) -> Path:
         return self.model_dir(index) / "eval" / f"{key}.json"
 
+    def save_eval(self, index: int, key: str, record: dict[str, Any]) -> None:
+        """An evaluation record with the digest of its own content (it has no data file)."""
+        write_json(self.eval_path(index, key), {**record, "sha256": text_digest(record)})
+
+    def eval_record(self, index: int, key: str) -> dict[str, Any] | None:
+        """The evaluation record when present and intact; None when it must be (re)computed.
+        A damaged, truncated or edited record is reported by name."""
+        path = self.eval_path(index, key)
+        if not path.exists():
+            return None
+        try:
+            record = read_json(path)
+        except RunDirError as error:
+            _warn(f"{error}; recomputing it")
+            return None
+        content = {name: value for name, value in record.items() if name != "sha256"}
+        if record.get("sha256") != text_digest(content):
+            _warn(f"{path} is damaged (its content does not match its digest); recomputing it")
+            return None
+        return content
+
     # -- score stage ---------------------------------------------------------------------------
     @contextmanager
     def new_scores(self) -> Iterator[Path]:
@@ -207,10 +231,25 @@ class RunDir:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def drop_report_files(self) -> None:
+        """Remove the report stage's files before a new results.json replaces the one they
+        render: a kill before they are rendered again leaves them missing, never stale."""
+        for name in REPORT_FILES:
+            (self.root / name).unlink(missing_ok=True)
+
     def drop_old_scores(self, current: str) -> None:
         for folder in self.root.glob("scores-*"):
             if folder.name != current and folder.is_dir():
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+def save_model_folder(folder: Path, identity: str, state: dict[str, Any],
+                      meta: dict[str, Any]) -> dict[str, Any]:
+    """A model folder: weights, then the record that marks it complete."""
+    write_tensors(folder / WEIGHTS, _unshare(state))
+    record = {"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta}
+    write_json(folder / MODEL_RECORD, record)
+    return record
 
 
 def verified_record(folder: Path, record_name: str, identity: str,
@@ -259,6 +298,20 @@ def scores_name(attack_label: str) -> str:
     """File name of an attack's per-sample scores; the label made file-safe."""
     name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", attack_label).strip("_") or "attack"
     return f"{name}.npy"
+
+
+def check_scores_names(labels: list[str]) -> None:
+    """Raise ValueError when two attack labels would share one scores file (``scores_name``
+    folds characters, and case on case-insensitive file systems): the second file would
+    replace the first, and the report would read one attack's scores for the other."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        file = scores_name(label).lower()
+        if file in seen:
+            raise ValueError(f"attack labels {seen[file]!r} and {label!r} both save their scores "
+                             f"as {scores_name(label)}; give one a label that differs in a "
+                             "letter or digit")
+        seen[file] = label
 
 
 # -- models shared between run directories ---------------------------------------------------

@@ -16,10 +16,10 @@ from miaudit.attacks.suite import rotation_references, run_attack
 from miaudit.components import Spec, attack_label, build_attack
 from miaudit.errors import ConfigError
 from miaudit.identity import array_digest
-from miaudit.io import text_digest, write_array, write_json
+from miaudit.io import text_digest, write_array
 from miaudit.privacy.bounds import empirical_epsilon
-from miaudit.results import Results, Summary
-from miaudit.rundir import RunDir, scores_name
+from miaudit.results import Results, Summary, write_results
+from miaudit.rundir import RunDir, check_scores_names, scores_name
 
 #: the metrics the report names the strongest attack by, each with a band over all attacks
 SIMULTANEOUS_KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
@@ -50,6 +50,8 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
             attacks[label]["pooled"], replicates[label], resamples.method)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
+        if caveats := attack.caveats(len(references(targets[0]))):
+            attacks[label]["caveats"] = caveats
         if folder is not None:
             write_array(folder / scores_name(label), scores)
         if kept is not None:
@@ -69,10 +71,24 @@ def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, membe
         "per_class": metrics.per_class(scores.ravel(), members.ravel(),
                                        np.tile(labels, len(scores))),
     }
+    if caveat := resolution_caveat(int((~members).sum())):
+        summary["caveats"] = [caveat]
     if privacy:
         summary["empirical_epsilon"] = empirical_epsilon(
             scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
     return summary
+
+
+def resolution_caveat(nonmembers: int) -> str | None:
+    """A warning when the pooled non-members are too few to resolve even the coarsest FPR
+    level of the table: an FPR of alpha is only seen with at least 1/alpha non-members."""
+    coarsest = max(metrics.DEFAULT_FPR_LEVELS)
+    needed = int(np.ceil(1 / coarsest))
+    if nonmembers >= needed:
+        return None
+    return (f"only {nonmembers} non-members in all: an FPR of {coarsest:.0%} needs at least "
+            f"{needed}, so the TPR columns rest on too few samples; score more samples "
+            "(data.pool_size)")
 
 
 def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
@@ -100,11 +116,38 @@ def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
     }
 
 
+def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> dict[str, Any]:
+    """Accuracy of outputs made elsewhere, from their clean query (named ``identity``, or a
+    shift by 0 without flip); without one, from the first query, and the summary says so."""
+    from miaudit.queries import clean_column
+
+    column = clean_column(list(outputs.query_names))
+    stats = accuracy_stats(outputs.logits, outputs.labels, outputs.keep, audited, targets,
+                           0 if column is None else column)
+    stats["accuracy_query"] = outputs.query_names[0 if column is None else column]
+    if column is None:
+        stats["accuracy_note"] = (f"accuracy on query {outputs.query_names[0]!r}, which may "
+                                  "be an augmentation: no query is named identity")
+    return stats
+
+
+def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
+    """Every target needs members and non-members among the scored samples (a TPR and an
+    FPR to measure), before any work."""
+    for target in targets:
+        count = int(members[target].sum())
+        if count in (0, members.shape[1]):
+            raise ConfigError(f"model {target} has {count} members among the "
+                              f"{members.shape[1]} scored samples: a target needs both "
+                              "members and non-members (check keep, or --population)")
+
+
 def publish(run: RunDir, summary: dict[str, Any]) -> Results:
-    """Validate the summary against the results schema, write results.json (naming its scores
-    generation), then drop older generations."""
+    """Validate the summary against the results schema, drop the report files of the previous
+    results, write results.json (naming its scores generation), then drop older generations."""
     checked = Summary.model_validate(summary)
-    write_json(run.root / "results.json", summary)
+    run.drop_report_files()
+    write_results(run.root / "results.json", summary)
     run.drop_old_scores(checked.scores_dir)
     return Results(run_dir=run.root, summary=summary)
 
@@ -144,6 +187,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
     the Results hold the scores in memory (``run_dir`` None)."""
     population, audited, targets = _score_plan(outputs, specs, population, targets)
     data = outputs.attack_input(population=population)
+    data.evaluated = audited
     references = rotation_references(outputs.num_models)
     if out_dir is None:
         kept: dict[str, np.ndarray] = {}
@@ -177,15 +221,22 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
 def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
                 targets: list[int] | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(population, audited samples, targets), every attack option checked before any work."""
+    from miaudit.external import population_indices
     from miaudit.text_audit import fitting_attacks
 
-    population = np.zeros(0, dtype=np.int64) if population is None else \
-        np.unique(np.asarray(population, dtype=np.int64))
     samples = outputs.keep.shape[1]
-    if population.size and (population.min() < 0 or population.max() >= samples):
-        raise ConfigError(f"population indices must lie in 0..{samples - 1}")
+    population = population_indices(np.zeros(0, np.int64) if population is None
+                                     else population, samples, "population")
     audited = np.setdiff1d(np.arange(samples), population)
     targets = list(range(outputs.num_models)) if targets is None else list(targets)
+    check_targets_have_both(outputs.keep[:, audited], targets)
+    labels = [attack_label(spec)[0] for spec in specs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"attack labels must be distinct, got {labels}")
+    try:
+        check_scores_names(labels)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
         if outputs.modality not in getattr(attack, "modalities", ("classes",)):
@@ -194,6 +245,9 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
         if attack.min_references > outputs.num_models - 1:
             raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")
+        if attack.needs_features:
+            raise ConfigError(f"attacks[{index}] regresses on the inputs, which outputs made "
+                              "elsewhere lack: run it in an audit")
         if attack.needs_population and not population.size:
             raise ConfigError(f"attacks[{index}] needs population data: pass --population "
                               "(indices of samples no model trained on)")
@@ -204,6 +258,7 @@ def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
                      scores_dir: str, targets: list[int], audited: np.ndarray,
                      population: np.ndarray, attacks: dict[str, Any]) -> dict[str, Any]:
     """The results.json summary of scored outputs (the layout of an audit's)."""
+    from miaudit.results import EXTERNAL_SOURCE
     from miaudit.text_audit import text_model_stats
 
     return {
@@ -213,9 +268,8 @@ def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
         "population_size": int(len(population)), "holdout_size": 0,
         "queries": list(outputs.query_names), "scores_dir": scores_dir,
         "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
-        if outputs.modality == "text" else accuracy_stats(
-            outputs.logits, outputs.labels, outputs.keep, audited, targets, 0),
+        if outputs.modality == "text" else external_accuracy(outputs, audited, targets),
         "attacks": attacks,
-        "config": {"source": "external outputs", "attacks": specs,
+        "config": {"source": EXTERNAL_SOURCE, "attacks": specs,
                    "models": list(outputs.model_names)},
     }

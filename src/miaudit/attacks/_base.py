@@ -23,6 +23,10 @@ class AttackInput:
     population: indices of the attacker's population samples (RMIA's z, Attack-P): outputs
         exist for them, no model trained on them (their keep columns are all False) and they
         are never evaluated. Empty when the audit reserved none.
+    evaluated: indices of the samples whose membership is scored (the audited samples), or
+        None for every sample outside ``population``.
+    features: (N, F) the attacker's view of each pool input (:mod:`miaudit.features`), for
+        attacks that regress on the example (QMIA); None when only outputs exist.
     modality: "classes" (logits over C classes) or "text" (a causal LM's per-token outputs,
         (M, N, 1, 4 * L): see :mod:`miaudit.signals`; ``labels`` are then all 0).
     texts: the N texts (text only, when known; the zlib attack needs them).
@@ -33,6 +37,8 @@ class AttackInput:
     keep: np.ndarray
     query_names: list[str]
     population: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    evaluated: np.ndarray | None = None
+    features: np.ndarray | None = None
     modality: str = "classes"
     texts: list[str] | None = None
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -43,6 +49,8 @@ class AttackInput:
             raise ValueError(f"logits {self.logits.shape} do not match keep {self.keep.shape}")
         if self.labels.shape != (samples,):
             raise ValueError(f"labels {self.labels.shape} do not match {samples} samples")
+        if self.features is not None and len(self.features) != samples:
+            raise ValueError(f"features {self.features.shape} do not match {samples} samples")
         if self.modality not in MODALITIES:
             raise ValueError(f"modality must be one of {MODALITIES}, got {self.modality!r}")
         if self.texts is not None and len(self.texts) != samples:
@@ -67,10 +75,28 @@ class AttackInput:
             self._signals[name] = values
         return self._signals[name]
 
+    def evaluated_mask(self) -> np.ndarray:
+        """(N,) bool: the samples whose membership is scored."""
+        mask = np.zeros(self.keep.shape[1], dtype=bool)
+        if self.evaluated is None:
+            mask[:] = True
+            mask[np.asarray(self.population, dtype=np.int64)] = False
+        else:
+            mask[np.asarray(self.evaluated, dtype=np.int64)] = True
+        return mask
+
     def query_index(self, names: list[str] | None) -> np.ndarray:
-        """Column indices of the given query specs (all queries when ``names`` is None)."""
+        """Column indices of the given query specs. ``names`` None: every query that releases
+        scores, i.e. all but the label-only ones (:mod:`miaudit.label_queries`), which an
+        attack reads only by name."""
         if names is None:
-            return np.arange(len(self.query_names))
+            from miaudit.label_queries import is_label_only
+
+            scored = [i for i, n in enumerate(self.query_names) if not is_label_only(n)]
+            if not scored:
+                raise ValueError(f"every query ({self.query_names}) releases labels only: a "
+                                 "score-based attack needs a query such as 'identity'")
+            return np.array(scored)
         missing = [n for n in names if n not in self.query_names]
         if missing:
             raise ValueError(f"queries {missing} were not collected; have {self.query_names}")
@@ -95,9 +121,17 @@ class Attack:
     min_references: int = 1
     #: True for attacks that need the attacker's population data (``AttackInput.population``)
     needs_population: bool = False
+    #: True for attacks that need the attacker's view of the inputs (``AttackInput.features``)
+    needs_features: bool = False
     #: the outputs it reads (AttackInput.modality): attacks over the per-sample signals only
     #: also apply to text
     modalities: tuple[str, ...] = ("classes",)
+
+    def caveats(self, references: int) -> list[str]:
+        """Warnings about this attack's numbers with ``references`` reference models, shown
+        beside its row in the table and the report (e.g. a setting the paper advises against
+        at that scale)."""
+        return []
 
     def score(self, data: AttackInput, target: int, references: np.ndarray) -> np.ndarray:
         return self.evaluate(data, target, references).scores

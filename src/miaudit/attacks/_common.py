@@ -206,8 +206,8 @@ def population_samples(data: AttackInput, target: int, option: str, size: int | 
     research-code convention, kept for comparison). It assumes an attacker who knows the
     target's membership labels, and z contains the evaluated non-members, x itself included.
     """
-    if option == "target_nonmembers":
-        population = np.flatnonzero(~data.keep[target])
+    if option == "target_nonmembers":  # never the population or holdout samples
+        population = np.flatnonzero(~data.keep[target] & data.evaluated_mask())
         if len(population) == 0:
             raise ValueError(f"{attack}: target {target} has no non-members to use as "
                              "population data")

@@ -5,6 +5,7 @@ spiking-network MI study."""
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import logsumexp
 from sklearn.metrics import roc_auc_score
 
 from miaudit.attacks._base import Attack, AttackInput, AttackResult
@@ -180,7 +181,9 @@ class RMIASimple(Attack):
     """The spiking-network MI study's simplified "RMIA" (its Table 1): score(x) =
     Pr(x|theta) / Pr(x), Pr(x) = (1/2n)(sum over IN references of Pr(x|theta') + sum over OUT
     references of Pr(x|theta')); no population z, no gamma. Returned as the log of the ratio
-    (same ranking), averaged over the ``queries`` columns (all by default).
+    (same ranking). Several ``queries`` columns (all by default) combine as for Attack-P and
+    Attack-R: Pr(x|theta) is the true-class probability averaged over the queries (the study's
+    Eq. 8, input dropout's mean over passes), for the target and for every reference.
 
     Options: ``references`` ("balanced" | "plain" | "out", "balanced"):
       "balanced": Pr(x) = (mean over IN references + mean over OUT references) / 2, which is
@@ -193,13 +196,18 @@ class RMIASimple(Attack):
         score rises for them even if the target memorizes nothing. Kept for comparison only.
       "out": only the references that did not train on x (falling back to all for samples
         that are IN everywhere).
+    ``combine`` ("probability" | "log_ratio", "probability"): "probability" is the ratio
+      of the query-averaged probabilities above; "log_ratio" the mean over queries of the
+      per-query log ratios (this package's rule before; kept for comparison).
     ``queries``.
     """
 
     modalities = ("classes", "text")  # reads per-sample signals only
 
-    def __init__(self, references: str = "balanced", queries: list[str] | None = None):
+    def __init__(self, references: str = "balanced", queries: list[str] | None = None,
+                 combine: str = "probability"):
         self.references = choice(references, "references", ("balanced", "plain", "out"))
+        self.combine = choice(combine, "combine", ("probability", "log_ratio"))
         self.queries = query_option(queries)
 
     def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
@@ -215,4 +223,8 @@ class RMIASimple(Attack):
             prob, missing = out_mean_with_fallback(log_prob, data.keep, refs, qidx,
                                                    transform=np.exp)
             info = {"samples_without_out_refs": missing}
-        return AttackResult(log_ratio(columns(log_prob[target], qidx), prob).mean(axis=1), info)
+        target_log_prob = columns(log_prob[target], qidx)
+        if self.combine == "log_ratio":
+            return AttackResult(log_ratio(target_log_prob, prob).mean(axis=1), info)
+        mean_log_prob = logsumexp(target_log_prob, axis=1) - np.log(len(qidx))
+        return AttackResult(log_ratio(mean_log_prob, prob.mean(axis=1)), info)

@@ -1,6 +1,6 @@
 """The ``miaudit`` command line (typer): every command is mounted here, once.
 
-Each command lives in its module (:mod:`.commands`: audit, report, score, config;
+Each command lives in its module (:mod:`.commands`: audit, report, score, plan, config;
 :mod:`.compare`; :mod:`.dp_audit`; :mod:`.privacy`: the DP accounting group; :mod:`.listings`)
 and reports user errors through the one decorator of :mod:`.errors`.
 """
@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import typer
 
-from miaudit.cli.commands import audit, parse_set_items, report, score, show_config
+from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
 from miaudit.cli.compare import compare
 from miaudit.cli.dp_audit import audit_command
 from miaudit.cli.errors import fail, user_errors
 from miaudit.cli.listings import LISTINGS, listing_command
 from miaudit.cli.privacy import app as privacy_app
+from miaudit.cli.usage import OneLineErrors
 
 __all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
 app.command()(audit)
 app.command()(report)
 app.command()(score)
+app.command()(plan)
 app.command("config")(show_config)
 for _command, (_registry, _title) in LISTINGS.items():
     app.command(_command)(listing_command(_registry, _title))

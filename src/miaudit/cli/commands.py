@@ -109,7 +109,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
            ) -> None:
     """Print the table of a finished run from its directory (read-only unless --plots or
     --html)."""
-    from miaudit.report import print_summary, render_plots
+    from miaudit.report import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
     summary = load_summary(run_dir)
@@ -117,6 +117,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     if plots:
         render_plots(run_dir, summary)
     print_summary(summary, console)
+    if not (plots or html) and (note := missing_report_note(run_dir, summary)):
+        console.print(note, markup=False, soft_wrap=True)
     if html:  # the self-contained HTML report (miaudit.reporting)
         from miaudit.cli.compare import html_report
 
@@ -146,15 +148,13 @@ def score(
 ) -> None:
     """Score attacks over outputs produced elsewhere (same table, results.json, plots and
     per-sample scores as an audit)."""
-    import numpy as np
-
     from miaudit.config import DEFAULT_ATTACKS
-    from miaudit.external import read_any, read_outputs
+    from miaudit.external import read_any, read_outputs, read_population
     from miaudit.report import print_summary
     from miaudit.scoring import score_outputs
 
     specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
-    indices = None if population is None else np.load(population, allow_pickle=False)
+    indices = None if population is None else read_population(population)
     if source is not None:
         folder = {**({"epoch": epoch} if epoch is not None else {}),
                   **({"labels": labels} if labels is not None else {})}
@@ -175,6 +175,20 @@ def score(
     results = score_outputs(outputs, specs, out, population=indices,
                             name=out.name)
     print_summary(results.summary, console)
+
+
+@user_errors()
+def plan(run_dir: Annotated[Path, typer.Argument(help="a finished audit's directory")]) -> None:
+    """How many reference models the audit needs: re-score its reference-based attacks with
+    2, 4, 8, ... references (TPR@0.1%/1% with intervals, AUC) and extrapolate where another
+    doubling stops mattering; stored in results.json (reference_planner)."""
+    from miaudit.reference_planner import format_plan, plan_run
+    from miaudit.reporting.html import REPORT_FILE, write_html_report
+
+    for line in format_plan(plan_run(run_dir)):
+        console.print(line, markup=False, highlight=False)
+    if (run_dir / REPORT_FILE).exists():  # keep an existing report in step with results.json
+        console.print(f"HTML report: {write_html_report(run_dir)}", markup=False)
 
 
 @user_errors()

@@ -45,8 +45,10 @@ def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
     """``miaudit report --html``: the exposed samples when the run lacks them (rebuilt from the
     run's own data, best effort), then the HTML report."""
     from miaudit.reporting.html import write_html_report
+    from miaudit.results import EXTERNAL_SOURCE
 
-    if not (Path(run_dir) / "exposed.npz").exists():
+    external = summary.get("config", {}).get("source") == EXTERNAL_SOURCE  # has no inputs
+    if not external and not (Path(run_dir) / "exposed.npz").exists():
         try:
             exposed_from_config(Path(run_dir), summary)
         except Exception as error:  # the report is still useful without thumbnails

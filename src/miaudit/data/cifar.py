@@ -73,6 +73,11 @@ CIFAR100 = Archive(
 # numpy arrays. We therefore allow exactly the globals needed to rebuild a plain numpy array
 # and refuse every other one (and object dtypes, whose elements would be arbitrary objects).
 
+#: the largest array a CIFAR pickle may declare by shape (the official ones hold at most
+#: 50000 x 3072 bytes = 147 MiB)
+MAX_PICKLED_ARRAY_BYTES = 256 * 2**20
+
+
 def _numpy_globals() -> dict[tuple[str, str], Callable[..., Any]]:
     try:
         from numpy._core import multiarray, numeric  # numpy >= 2
@@ -91,10 +96,26 @@ def _numpy_globals() -> dict[tuple[str, str], Callable[..., Any]]:
             raise pickle.UnpicklingError(f"refusing encoding {encoding!r}")
         return text.encode("latin1")
 
-    allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): plain_dtype,
+    def check_size(shape: Any, dtype: Any) -> None:
+        # an array is only as large as the pickle's own bytes, except one built from a shape
+        # alone: a 127-byte file could otherwise ask for any amount of memory
+        items = int(np.prod(np.asarray(shape, dtype=np.int64)))
+        if items < 0 or items * np.dtype(dtype).itemsize > MAX_PICKLED_ARRAY_BYTES:
+            raise pickle.UnpicklingError(f"refusing an array of shape {shape}: more than "
+                                         f"{MAX_PICKLED_ARRAY_BYTES // 2**20} MiB")
+
+    def bounded_ndarray(shape: Any, dtype: Any = float, *args: Any, **kwargs: Any) -> Any:
+        check_size(shape, dtype)
+        return np.ndarray(shape, plain_dtype(dtype), *args, **kwargs)
+
+    def bounded_reconstruct(subtype: Any, shape: Any, dtype: Any) -> Any:
+        check_size(shape, np.uint8)  # dtype is a type code here; its array is refilled
+        return multiarray._reconstruct(np.ndarray, shape, dtype)  # never a subclass
+
+    allowed = {("numpy", "ndarray"): bounded_ndarray, ("numpy", "dtype"): plain_dtype,
                ("_codecs", "encode"): latin1_bytes}
     for package in ("numpy.core", "numpy._core"):  # writers on numpy 1.x and 2.x
-        allowed[(f"{package}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        allowed[(f"{package}.multiarray", "_reconstruct")] = bounded_reconstruct
         allowed[(f"{package}.numeric", "_frombuffer")] = numeric._frombuffer  # protocol 5
     return allowed
 

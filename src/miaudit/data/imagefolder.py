@@ -15,6 +15,7 @@ import torch
 
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import as_path, cached, to_float
+from miaudit.io import path_problem
 from miaudit.registry import DATASETS
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -207,8 +208,8 @@ def load_imagefolder(*, data_dir: str | Path | None = None, size: Any = None, co
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be a positive int, got {workers!r}")
     if not root.is_dir():
-        raise DataError(f"image folder {root} does not exist (expected train/<class>/* and "
-                        "test/<class>/* inside it)")
+        raise DataError(f"image folder {path_problem(root, 'folder')} (expected "
+                        "train/<class>/* and test/<class>/* inside it)")
     names = discover_classes(root) if classes is None else _check_classes(classes)
     arrays = read_image_folder(root, classes=names, color=color, size=check_size(size),
                                limit_per_class=check_limit(limit_per_class), workers=workers,

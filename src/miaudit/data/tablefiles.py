@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from miaudit.data._base import DataError
+from miaudit.io import path_problem
 
 
 @dataclass(frozen=True)
@@ -34,16 +35,36 @@ def read_source(path: Path, member: str | None = None) -> bytes:
     """The bytes of ``path``: a plain file, a gzip file, or ``member`` of a tarball (the only
     file of the tarball when ``member`` is not given)."""
     if not path.is_file():
-        raise DataError(f"data file {path} does not exist")
+        raise DataError(f"data file {path_problem(path)}")
     try:
         if tarfile.is_tarfile(path):
             return _tar_member(path, member)
         if member is not None:
             raise DataError(f"member={member!r} was given but {path} is not a tarball")
-        raw = path.read_bytes()
-        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        with open(path, "rb") as stream:
+            compressed = stream.read(2) == b"\x1f\x8b"
+        return _gunzip(path) if compressed else path.read_bytes()
     except (OSError, EOFError, tarfile.TarError, zlib.error, gzip.BadGzipFile) as error:
         raise DataError(f"cannot read {path}: {error}") from error
+
+
+#: the most bytes a compressed table may expand to (a decompression bomb of a few MB would
+#: otherwise take all memory); plain files are read as they are
+MAX_DECOMPRESSED_BYTES = 512 * 2**20
+
+
+def _gunzip(path: Path) -> bytes:
+    with gzip.open(path, "rb") as stream:  # streamed: stops one byte past the cap
+        data = stream.read(MAX_DECOMPRESSED_BYTES + 1)
+    if len(data) > MAX_DECOMPRESSED_BYTES:
+        raise DataError(_too_large(path))
+    return data
+
+
+def _too_large(path: Path) -> str:
+    return (f"{path} expands to more than {MAX_DECOMPRESSED_BYTES // 2**20} MiB when "
+            "decompressed (a decompression bomb, or a very large table); decompress it "
+            "yourself and pass the plain file")
 
 
 def _tar_member(path: Path, member: str | None) -> bytes:
@@ -61,6 +82,8 @@ def _tar_member(path: Path, member: str | None) -> bytes:
                 raise DataError(f"{path} holds {len(match)} files named {member!r} "
                                 f"(files: {names[:10]})")
             chosen = match[0]
+        if chosen.size > MAX_DECOMPRESSED_BYTES:
+            raise DataError(_too_large(path))
         return tar.extractfile(chosen).read()
 
 

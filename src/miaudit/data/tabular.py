@@ -40,6 +40,7 @@ from miaudit.data.tablefiles import (
     read_labels,
     read_source,
 )
+from miaudit.io import path_problem
 from miaudit.registry import DATASETS
 
 SCALES = ("auto", "minmax", "none")
@@ -210,7 +211,7 @@ def load_tabular(*, data_dir: str | Path | None = None, path: str | Path | None 
     files = [p for p in (source, labels, test, test_labels) if p is not None]
     for file in files:
         if not file.is_file():
-            raise DataError(f"data file {file} does not exist")
+            raise DataError(f"data file {path_problem(file)}")
     options = {"member": member, "label_column": label_column, "has_header": has_header,
                "delimiter": delimiter, "x_key": x_key, "y_key": y_key,
                "files": [str(f.resolve()) for f in files]}

@@ -198,8 +198,17 @@ class SDEBlock(nn.Module):
         return self.stochastic and self.schedule.k > 0 and on
 
     def increment(self, like: Tensor) -> Tensor:
-        """Brownian increment g sqrt(dt) N(0, I) of one step (``NoiseSchedule.per_step_std``)."""
-        return self.schedule.per_step_std * torch.randn_like(like)
+        """Brownian increment g sqrt(dt) N(0, I) of one step (``NoiseSchedule.per_step_std``).
+
+        Drawn in float32 in the default layout, then given ``like``'s dtype and layout: on CPU,
+        ``normal_`` into a channels_last tensor (bf16 training) takes a strided path about 7x
+        slower than into a contiguous one, which ate the whole bf16 speed-up of SDENet; the
+        float32 draw is the same one fp32 training makes (bit-identical there)."""
+        noise = self.schedule.per_step_std * torch.randn(like.shape, device=like.device)
+        if like.dim() == 4 and not like.is_contiguous() \
+                and like.is_contiguous(memory_format=torch.channels_last):
+            noise = noise.contiguous(memory_format=torch.channels_last)
+        return noise.to(like.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         step, dt, noisy = _STEP[self.schedule.stepper], self.schedule.dt, self.noisy

@@ -35,6 +35,9 @@ class OutputDefense:
     #: defenses that calibrate on the defender's held-out data set this: ``apply`` then also
     #: receives ``holdout_mask``, and the config requires ``data.holdout_size``
     needs_holdout: bool = False
+    #: True when every released vector keeps the predicted label (both MemGuards): label-only
+    #: queries, boundary distances included, then see the undefended model's decisions
+    preserves_labels: bool = False
 
     def apply(self, logits: np.ndarray, labels: np.ndarray, member_mask: np.ndarray,
               seed: int | None = None) -> np.ndarray:
@@ -61,6 +64,8 @@ def _check_inputs(logits: np.ndarray, labels: np.ndarray,
 class LabelOnlyMemGuard(OutputDefense):
     """Choquette-Choo et al. 2021's strongest MemGuard: release 1/C + delta for the predicted
     class and 1/C - delta/(C-1) for the others, so only the label leaks (option delta, 1e-3)."""
+
+    preserves_labels = True
 
     def __init__(self, delta: float = 1e-3):
         if not delta > 0:

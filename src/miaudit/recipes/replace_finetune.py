@@ -38,7 +38,7 @@ from torch import nn
 from miaudit.models.sde import DEFAULT_CONVENTION, STEPPERS, noise_schedule, sde_block
 from miaudit.models.staged import StagedNet
 from miaudit.registry import RECIPES
-from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
+from miaudit.training.engine import ParentSpec, Recipe, TrainEnv, TrainParams, fit
 
 
 def require_staged(model: nn.Module) -> StagedNet:
@@ -131,6 +131,16 @@ class ReplaceFinetune(Recipe):
     def architecture(self, model: nn.Module) -> nn.Module:
         return replace_last_group(model, self.new_block(require_staged(model)))
 
+    def parent(self, model: str, model_options: dict[str, Any]) -> ParentSpec | None:
+        """The pre-trained base model: the registry model trained with the standard recipe
+        (no penalties) for ``pretrain_epochs``, the very model a standard audit of it trains
+        (so its cached models serve as backbones). None when ``pretrained`` weights are given
+        or pre-training is off."""
+        if self.pretrained is not None or self.pretrain_epochs == 0:
+            return None
+        return ParentSpec(model=model, model_options=dict(model_options), recipe="standard",
+                          epochs=self.pretrain_epochs)
+
     def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
               env: TrainEnv, x_val: torch.Tensor | None = None,
               y_val: torch.Tensor | None = None) -> tuple[nn.Module, dict[str, list[Any]]]:
@@ -143,8 +153,16 @@ class ReplaceFinetune(Recipe):
             pre = dataclasses.replace(params, epochs=epochs)
             model, pre_log = fit(model, x, y, pre, Recipe(), env)
             log.update({f"pretrain_{key}": values for key, values in pre_log.items()})
+        model, fine_log = self.train_from_parent(model, x, y, params, env, x_val, y_val)
+        return model, {**fine_log, **log}
+
+    def train_from_parent(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                          params: TrainParams, env: TrainEnv, x_val: torch.Tensor | None = None,
+                          y_val: torch.Tensor | None = None
+                          ) -> tuple[nn.Module, dict[str, list[Any]]]:
+        """Replace the last group of the pre-trained ``model`` and finetune."""
         torch.manual_seed(env.seed + 1)  # the fresh SDE block's initialization
-        model = self.architecture(model)
+        model = self.architecture(model.to(env.device).eval())
         self._frozen = backbone_modules(model) if self.freeze_backbone else []
         freeze(self._frozen)
         epochs = params.epochs if self.finetune_epochs is None else self.finetune_epochs
@@ -152,7 +170,7 @@ class ReplaceFinetune(Recipe):
         model, fine_log = fit(model, x, y, dataclasses.replace(params, epochs=epochs, lr=lr),
                               self, env, x_val, y_val)
         self._frozen = []
-        return model, {**fine_log, **log}
+        return model, fine_log
 
     def objective(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         for module in self._frozen:  # fit() puts the whole model in train mode each epoch

@@ -25,9 +25,13 @@ from torch import nn
 from miaudit.models.conversion import METHODS, convert, thresholds
 from miaudit.models.snn import SpikingNet
 from miaudit.registry import RECIPES
-from miaudit.training.engine import Penalty, Recipe, TrainEnv, TrainParams, fit
+from miaudit.training.engine import ParentSpec, Penalty, Recipe, TrainEnv, TrainParams, fit
 
 Log = dict[str, list[Any]]
+#: the registry ReLU twin of each registry spiking model: same modules built in the same order
+#: (so the same seed gives the same initial weights) and, in ReLU mode, the same function (the
+#: neuron kind, surrogate slope and readout do not act at one step without spikes)
+RELU_TWINS = {"snn_cnn": "ann_cnn", "snn_resnet18": "ann_resnet18"}
 
 
 def next_latency(model: SpikingNet, T: int) -> SpikingNet:
@@ -120,15 +124,40 @@ class AnnToSnn(Recipe):
                    for t in range(2, target_T + 1)]
         return stages
 
+    def parent(self, model: str, model_options: dict[str, Any]) -> ParentSpec | None:
+        """The ANN stage: the registry ReLU twin (ann_cnn, ann_resnet18) trained with the
+        standard recipe, this recipe's penalties and ``ann_epochs``. It does not depend on T,
+        so the conversions at every T share it (and an ANN audit of the same family supplies
+        it). None for spiking models without a registry twin, or when ``ann_epochs`` is 0."""
+        twin = RELU_TWINS.get(model)
+        if twin is None or self.ann_epochs == 0:
+            return None
+        return ParentSpec(model=twin, recipe="standard", epochs=self.ann_epochs, penalties=True)
+
     def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
               env: TrainEnv, x_val: torch.Tensor | None = None,
               y_val: torch.Tensor | None = None) -> tuple[nn.Module, Log]:
         net = _spiking_net(model, "ann2snn", neuron="if")
-        stages = self.stage_params(params, net.T)
+        return self._stages(net, self.stage_params(params, net.T), x, y, env, x_val, y_val)
+
+    def train_from_parent(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                          params: TrainParams, env: TrainEnv, x_val: torch.Tensor | None = None,
+                          y_val: torch.Tensor | None = None) -> tuple[nn.Module, Log]:
+        """Convert and calibrate ``model``, which holds the trained ANN's weights."""
+        net = _spiking_net(model, "ann2snn", neuron="if")
+        net.spiking = False
+        net = net.to(env.device).eval()  # as the ANN stage's fit leaves it
+        stages = self.stage_params(params, net.T)[1:]
+        return self._stages(net, stages, x, y, env, x_val, y_val, first=1)
+
+    def _stages(self, net: SpikingNet, stages: list[tuple[str, TrainParams]], x: torch.Tensor,
+                y: torch.Tensor, env: TrainEnv, x_val: torch.Tensor | None,
+                y_val: torch.Tensor | None, first: int = 0) -> tuple[nn.Module, Log]:
+        """Run ``stages`` (numbered from ``first``: each stage's seed is env.seed + number)."""
         total = sum(stage.epochs for _, stage in stages)
         log: Log = {}
         done = 0
-        for index, (name, stage) in enumerate(stages):
+        for index, (name, stage) in enumerate(stages, start=first):
             if name == "ann":
                 net.spiking = False
             elif name == "T1":

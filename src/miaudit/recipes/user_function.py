@@ -47,6 +47,8 @@ class UserFunction(Recipe):
 
     Called as ``train(model, dataset, *, seed, device, **options) -> model``."""
 
+    fp32_only = "your training function runs its own loop: set mixed precision there"
+
     def __init__(self, penalties: Sequence[Any] = (), function: str | None = None,
                  options: dict[str, Any] | None = None,
                  search_paths: Sequence[str | Path] = ()):

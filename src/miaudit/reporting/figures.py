@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.io import plain_text
+
 # Attack families: one ROC panel each, so a panel compares variants of one method.
 FAMILIES = {
     "lira": "LiRA", "rmia": "RMIA", "rmia_simple": "RMIA", "attack_p": "Attack-P / Attack-R",
@@ -76,6 +78,7 @@ def to_svg(figure: Any, key: str) -> str:
 
     plt = _pyplot()
     buffer = io.StringIO()
+    plain_text(figure)
     try:
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": key}):
             figure.savefig(buffer, format="svg", metadata={"Date": None})
@@ -137,5 +140,28 @@ def privacy_utility(points: Sequence[dict[str, Any]]) -> Any:
              title="privacy-utility: each point a run (bars: std over targets, 95% CI)")
     axis.title.set_fontsize(9)
     axis.grid(True, linewidth=0.3, alpha=0.5)
+    axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
+    return figure
+
+
+def planner_curves(planned: dict[str, dict[str, Any]], key: str) -> Any:
+    """TPR at one FPR level (``key``, e.g. "tpr@0.1%") against the number of reference models
+    (log2 axis), one line per attack with its interval as error bars."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    colors = distinct_colors(len(planned))
+    for (label, rows), color in zip(planned.items(), colors):
+        counts = np.array(rows["references"])
+        tpr = 100 * np.array(rows[key])
+        ci = 100 * np.array(rows[f"{key}_ci"])
+        axis.errorbar(counts, tpr, yerr=[tpr - ci[:, 0], ci[:, 1] - tpr], color=color,
+                      marker="o", markersize=3, linewidth=1.2, capsize=2, label=label)
+        if rows.get("enough_references"):
+            axis.axvline(rows["enough_references"], color=color, linestyle=":", linewidth=0.8)
+    axis.set(xscale="log", xlabel="reference models", ylabel=f"{key.upper()} FPR (%)",
+             title=f"{key.upper()} against the number of references (dotted: enough)")
+    axis.set_xscale("log", base=2)
+    axis.title.set_fontsize(10)
+    axis.grid(True, which="major", linewidth=0.3, alpha=0.5)
     axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return figure

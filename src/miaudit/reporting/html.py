@@ -4,7 +4,8 @@ One file, no network: inline CSS, figures as inline SVG, thumbnails as base64 PN
 Sections: settings and provenance, headline, log-log ROC curves per attack family (pooled curve,
 range over targets shaded), the attack table, target-model accuracy, per-class leakage, the DP
 bound and empirical epsilon (when the targets were trained with DP-SGD), the memorization
-analysis (when memorization.json exists) and the most exposed members (when exposed.npz exists).
+analysis (when memorization.json exists), the most exposed members (when exposed.npz exists)
+and the reference planner's curves (when ``miaudit plan`` has run).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import yaml
 
 from miaudit.io import write_bytes
 from miaudit.reporting import figures
+from miaudit.reporting.planner import planner_section
 from miaudit.reporting.rocs import family_curves
 from miaudit.reporting.run_view import AttackView, Metric, RunView
+from miaudit.results import caveat_lines
 
 REPORT_FILE = "report.html"
 TABLE_LEVELS = ("0.001%", "0.1%", "1%")
@@ -191,7 +194,8 @@ def attack_table(view: RunView) -> str:
         cells = "".join(metric_cell(attack.tpr(level), rotation) for level in TABLE_LEVELS)
         cells += metric_cell(attack.metric("auc"), rotation)
         cells += metric_cell(attack.metric("balanced_accuracy"), rotation)
-        rows.append(f'<tr class="{css}"><td>{escape(attack.label)}</td>'
+        marker = " *" if attack.raw.get("caveats") else ""
+        rows.append(f'<tr class="{css}"><td>{escape(attack.label)}{marker}</td>'
                     f"<td>{escape(figures.family(attack.name))}</td>{cells}</tr>")
     note = (f"Percent, pooled over targets [95% CI: {view.interval_method}]. "
             + ("It covers what a rerun with new target models and samples would see. "
@@ -200,8 +204,9 @@ def attack_table(view: RunView) -> str:
             "conditional on these trained models. n/m: not measurable (below 1/non-members, "
             "or tied top scores exceed the FPR)."
             + (" Second line: mean ± std across targets." if rotation else ""))
+    caveats = "".join(f'<p class="note">{escape(line)}</p>' for line in caveat_lines(view.summary))
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
-            f'<p class="note">{note}</p>')
+            f'<p class="note">{note}</p>{caveats}')
 
 
 def models_section(view: RunView) -> str:
@@ -366,6 +371,9 @@ def render_html(view: RunView) -> str:
     if view.privacy:
         parts.append(section("Differential privacy: claimed vs empirical",
                              privacy_section(view, curves), "privacy"))
+    planner = view.summary.get("reference_planner")
+    if planner and planner.get("attacks"):
+        parts.append(section("How many reference models", planner_section(planner), "planner"))
     if view.memorization is not None:
         parts.append(section("Memorization", memorization_section(view), "memorization"))
     exposed = view.exposed()

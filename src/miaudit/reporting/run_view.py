@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import RunDirError
-from miaudit.io import read_json
+from miaudit.io import path_problem, read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
+from miaudit.results import EXTERNAL_SOURCE, read_results
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -99,9 +100,10 @@ class RunView:
         self.root = Path(root)
         if summary is None:
             path = self.root / "results.json" if self.root.is_dir() else self.root
-            if not path.exists():
-                raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
-            summary = read_json(path)
+            if not path.is_file():
+                raise RunDirError(f"{path_problem(path)}: give a run directory or its "
+                                  "results.json (run `miaudit audit` first)")
+            summary = read_results(path)
             self.root = path.parent
         self.summary = summary
 
@@ -126,8 +128,30 @@ class RunView:
     def protocol(self) -> str:
         return str(self.summary.get("protocol", self.config.get("protocol", "?")))
 
+    @property
+    def external(self) -> bool:
+        """Scored from outputs made elsewhere (``miaudit score``): no config, no inputs."""
+        return self.config.get("source") == EXTERNAL_SOURCE
+
+    def external_settings(self) -> dict[str, str]:
+        """What a ``miaudit score`` run knows about itself: the outputs, not how they were
+        made."""
+        summary = self.summary
+        return {
+            "run": self.name,
+            "data": f"outputs made elsewhere: {summary.get('pool_size', '?')} samples, "
+                    f"{summary.get('audited_size', '?')} scored, "
+                    f"{summary.get('population_size', 0)} population",
+            "models": ", ".join(map(str, self.config.get("models", []))) or "?",
+            "protocol": f"{self.protocol}: {len(self.targets)} target(s), "
+                        f"{self.num_models} models",
+            "queries": ", ".join(summary.get("queries", [])),
+        }
+
     def settings(self) -> dict[str, str]:
         """Label -> text of what the run was: data, model, training, protocol, queries."""
+        if self.external:
+            return self.external_settings()
         cfg, data = self.config, self.config.get("data", {})
         model, train = cfg.get("model", {}), cfg.get("train", {})
         rows = {
@@ -170,6 +194,9 @@ class RunView:
             "run directory": str(self.summary.get("run_dir", self.root)),
             "python": platform.python_version(),
         }
+        if self.external:  # the models were trained and queried elsewhere
+            for unknown in ("seed", "device", "run identity"):
+                rows.pop(unknown)
         return rows
 
     # -- metrics --------------------------------------------------------------------------
@@ -240,8 +267,11 @@ class RunView:
 
     @property
     def memorization(self) -> dict[str, Any] | None:
+        """The memorization analysis of this scores generation (an older one is ignored)."""
         path = self.root / "memorization.json"
-        return read_json(path) if path.exists() else None
+        table = read_json(path) if path.exists() else None
+        return table if table and table.get("scores_dir") == self.summary.get("scores_dir") \
+            else None
 
     def file_bytes(self, name: str) -> bytes | None:
         path = self.root / name

@@ -12,7 +12,6 @@ import torch
 
 from miaudit import identity as ids
 from miaudit.config import RobustEvalConfig
-from miaudit.io import read_json, write_json
 from miaudit.modeljob import build_architecture, load_trained
 from miaudit.rundir import RunDir
 from miaudit.stages.plan import Audit
@@ -42,12 +41,12 @@ def evaluate_robust(run: RunDir, planned: Audit) -> None:
     settings = robust.model_dump()
     for target in planned.plan.targets:
         job = planned.jobs[target]
-        path = run.eval_path(target, ids.eval_identity(job.identity, settings))
-        if path.exists():
+        key = ids.eval_identity(job.identity, settings)
+        if run.eval_record(target, key) is not None:
             continue
         model = load_trained(run, job, planned.pool, planned.device)
-        write_json(path, {"model": job.identity, "settings": settings,
-                          "robust": robust_accuracies(model, planned, target, robust)})
+        run.save_eval(target, key, {"model": job.identity, "settings": settings,
+                                    "robust": robust_accuracies(model, planned, target, robust)})
 
 
 def robust_accuracies(model: torch.nn.Module, planned: Audit, target: int,
@@ -77,9 +76,8 @@ def robust_summary(run: RunDir, planned: Audit,
     if robust is None:
         return {}
     settings = robust.model_dump()
-    tables = [read_json(run.eval_path(t, ids.eval_identity(planned.jobs[t].identity,
-                                                           settings)))["robust"]
-              for t in targets]
+    tables = [run.eval_record(t, ids.eval_identity(planned.jobs[t].identity,
+                                                   settings))["robust"] for t in targets]
     summary: dict[str, float | list[float]] = {}
     for split in ("train", "test"):
         for kind in ("natural_acc", "robust_acc"):

@@ -7,6 +7,7 @@ identity and dry-build every architecture, so that bad input fails before any tr
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from miaudit.config import (
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
 from miaudit.modeljob import ModelJob, build_architecture
+from miaudit.parents import parent_configs
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.registry import DATASETS
 from miaudit.rundir import ModelCache
@@ -108,16 +110,29 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     for index in range(len(jobs), len(plan.keep)):
         model_cfg, train_cfg = model_configs(cfg, plan, index)
         seed = model_seed(cfg.seed, index)
-        identity = ids.model_identity(
-            data=data, model=ids.section_dump(model_cfg), train=ids.section_dump(train_cfg),
-            model_seed=seed, membership=plan.keep[index], holdout=split.holdout,
-            device_kind=train_device(cfg, device).type,
-            code=code_digests(cfg.data.name, model_cfg, train_cfg))
-        jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity))
+        identity = functools.partial(
+            job_identity, cfg=cfg, data=data, seed=seed, membership=plan.keep[index],
+            holdout=split.holdout, device_kind=train_device(cfg, device).type)
+        parent_cfgs = parent_configs(model_cfg, train_cfg)
+        parent = None if parent_cfgs is None else ModelJob(index, *parent_cfgs, seed,
+                                                           identity(*parent_cfgs))
+        jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity(
+            model_cfg, train_cfg, parent=parent and parent.identity), parent=parent))
+    every = jobs + [job.parent for job in jobs if job.parent is not None]
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
-            j.model, j.train) for j in jobs}.values():
+            j.model, j.train) for j in every}.values():
         build_architecture(model_cfg, train_cfg, pool)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def job_identity(model_cfg: ModelConfig, train_cfg: TrainConfig, *, cfg: AuditConfig,
+                 data: dict[str, Any], seed: int, membership: np.ndarray, holdout: np.ndarray,
+                 device_kind: str, parent: str | None = None) -> str:
+    """The model identity of one job (its parent's identity included for derived models)."""
+    return ids.model_identity(
+        data=data, model=ids.section_dump(model_cfg), train=ids.section_dump(train_cfg),
+        model_seed=seed, membership=membership, holdout=holdout, device_kind=device_kind,
+        code=code_digests(cfg.data.name, model_cfg, train_cfg), parent=parent)
 
 
 def read_members(path: Path, pool_size: int) -> np.ndarray:
@@ -163,13 +178,17 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     if classes < 2:
         raise DataError(f"data set {cfg.data.name!r} has {classes} class in the pool; "
                         "membership inference needs at least 2")
-    if not pool.is_image:
-        from miaudit.queries import build_query
+    from miaudit.queries import build_query, check_fits
 
-        for spec in cfg.queries:
-            if not build_query(spec).applies_to_tabular:
-                raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
-                                  f"{cfg.data.name!r} is tabular; use identity or dropout")
+    for spec in cfg.queries:
+        if not pool.is_image and not build_query(spec).applies_to_tabular:
+            raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
+                              f"{cfg.data.name!r} is tabular; use identity or dropout")
+        if pool.is_image:
+            try:
+                check_fits(spec, *pool.x.shape[-2:])
+            except ValueError as error:
+                raise ConfigError(f"queries: {error}") from None
     needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
                                 len(cfg.queries), pool.num_classes)
     available = physical_memory_bytes()

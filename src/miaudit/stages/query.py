@@ -12,7 +12,7 @@ from rich.console import Console
 
 from miaudit import identity as ids
 from miaudit.modeljob import ModelJob, load_trained
-from miaudit.queries import query_outputs
+from miaudit.queries import query_outputs, stored_queries
 from miaudit.rundir import ModelCache, RunDir
 from miaudit.stages.plan import Audit
 from miaudit.stages.progress import progress_bar
@@ -26,7 +26,7 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
     """Outputs of every (model, query spec) that has no valid record; returns the seconds."""
     cache = planned.cache
     started = time.perf_counter()
-    missing = {job.index: [s for s in planned.cfg.queries
+    missing = {job.index: [s for s in stored_queries(planned.cfg.queries)
                            if run.output_record(job.index, query_key(job, s)) is None]
                for job in planned.jobs}
     if cache is not None:

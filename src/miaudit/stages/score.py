@@ -10,9 +10,13 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import AttackInput
-from miaudit.config import build_output_defense
+from miaudit.config import build_attack, build_output_defense
+from miaudit.errors import ConfigError
+from miaudit.features import input_features
 from miaudit.io import write_json
+from miaudit.label_queries import protect_decision_columns
 from miaudit.planning import Plan
+from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.rundir import RunDir, scores_name
 from miaudit.scoring import accuracy_stats, score_attacks
 from miaudit.stages.evaluate import Evaluated
@@ -34,34 +38,74 @@ def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
     return logits
 
 
+def clean_outputs(run: RunDir, planned: Audit,
+                  logits: np.ndarray) -> tuple[np.ndarray, int, str]:
+    """Outputs on clean inputs, their query column and name, for accuracy: the configured clean
+    query when there is one, else the extra identity query the query stage stored (with the
+    output defense applied like every released output)."""
+    cfg = planned.cfg
+    column = clean_column(cfg.queries)
+    if column is not None:
+        return logits, column, cfg.queries[column]
+    clean = np.stack([run.load_outputs(job.index, query_key(job, CLEAN_QUERY)).numpy()
+                      for job in planned.jobs])[:, :, None]
+    if cfg.output_defense is not None:
+        apply_output_defense(clean, cfg.output_defense, planned.pool.y.numpy(),
+                             planned.plan.keep, planned.plan.split.holdout, [CLEAN_QUERY])
+    return clean, 0, CLEAN_QUERY
+
+
 def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep: np.ndarray,
-                         holdout: np.ndarray) -> None:
+                         holdout: np.ndarray, query_names: list[str]) -> None:
     """Replace every model's released outputs by the defended ones (in place). Each model's
     defender knows its own training set (its keep row) and the holdout set, never the
-    evaluated non-members."""
+    evaluated non-members. Boundary-distance columns stay: they are no released vector."""
     defense = build_output_defense(spec)
     reference = np.zeros(keep.shape[1], dtype=bool)
     reference[holdout] = True
+    kept = protect_decision_columns(query_names)
+    if kept.size and not defense.preserves_labels:
+        raise ConfigError("boundary queries measure the undefended model's decision boundary; "
+                          f"output defense {spec!r} may change labels, so drop the boundary "
+                          "queries or use memguard_label_only")
     for index in range(len(keep)):
+        original = logits[index][:, kept].copy()
         logits[index] = defense.apply(logits[index], labels, keep[index],
                                       **({"holdout_mask": reference}
                                          if defense.needs_holdout else {}))
+        logits[index][:, kept] = original
+
+
+def attack_input(run: RunDir, planned: Audit) -> AttackInput:
+    """What the attacks see: every model's stored outputs (defended when configured), the
+    keep matrix, the population and, when an attack needs them, the attacker's features of
+    the inputs."""
+    from miaudit.text_audit import attack_extras
+
+    cfg, plan = planned.cfg, planned.plan
+    labels = planned.pool.y.numpy()
+    logits = load_all_outputs(run, planned)
+    if cfg.output_defense is not None:
+        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
+                             list(cfg.queries))
+    wants_features = any(getattr(build_attack(spec, f"attacks[{i}]"), "needs_features", False)
+                         for i, spec in enumerate(cfg.attacks))
+    return AttackInput(logits=logits, labels=labels, keep=plan.keep,
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       evaluated=plan.split.audited,
+                       features=input_features(planned.pool.x) if wants_features else None,
+                       **attack_extras(planned.pool))
 
 
 def score_stage(run: RunDir, planned: Audit, trained: Trained,
                 evaluated: Evaluated) -> dict[str, Any]:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
-    from miaudit.text_audit import attack_extras, text_model_stats
+    from miaudit.text_audit import text_model_stats
 
     cfg, plan = planned.cfg, planned.plan
-    labels = planned.pool.y.numpy()
-    logits = load_all_outputs(run, planned)
-    if cfg.output_defense is not None:
-        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout)
-    data = AttackInput(logits=logits, labels=labels, keep=plan.keep,
-                       query_names=list(cfg.queries), population=plan.split.population,
-                       **attack_extras(planned.pool))
+    data = attack_input(run, planned)
+    labels, logits = data.labels, data.logits
     targets = list(plan.targets)
     privacy = trained.privacy
     with run.new_scores() as folder:
@@ -70,10 +114,12 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
-    column = cfg.queries.index("identity") if "identity" in cfg.queries else 0
-    stats = text_model_stats(logits, plan.keep, plan.split.audited, targets) \
-        if planned.pool.is_text else \
-        accuracy_stats(logits, labels, plan.keep, plan.split.audited, targets, column)
+    if planned.pool.is_text:
+        stats = text_model_stats(logits, plan.keep, plan.split.audited, targets)
+    else:
+        clean, column, query = clean_outputs(run, planned, logits)
+        stats = accuracy_stats(clean, labels, plan.keep, plan.split.audited, targets, column)
+        stats["accuracy_query"] = query
     stats["train_seconds_mean"] = trained.train_seconds_mean
     return {
         "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
@@ -102,6 +148,6 @@ def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
     scores = read_array(run.root / scores_dir / scores_name(attack))[0]
     table = memorization_analysis(data.logits[:, audited], data.labels[audited],
                                   plan.keep[:, audited], scores, target)
-    table["attack"] = attack
+    table["attack"], table["scores_dir"] = attack, scores_dir  # the generation it belongs to
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")

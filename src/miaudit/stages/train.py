@@ -19,6 +19,7 @@ from miaudit.errors import MiauditError
 from miaudit.executors import Job, JobFailedError, make_executor, resolve
 from miaudit.io import read_json
 from miaudit.modeljob import ModelJob
+from miaudit.parents import obtain_parents
 from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir
 from miaudit.stages.plan import Audit, train_device
 from miaudit.stages.progress import progress_bar
@@ -45,18 +46,9 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
     """Train the models that have no valid record yet (on the configured executor); returns
     the seconds spent. Each finished model is written by this (driver) process as it
     arrives, so an interrupted stage resumes from the models already written."""
-    todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
+    todo = pending_jobs(run, planned, console)
     cache = planned.cache
-    if cache is not None:
-        fetched = [job for job in todo if fetch_model(cache, run, job)]
-        todo = [job for job in todo if job not in fetched]
-        if fetched:
-            console.print(f"reused {len(fetched)} identical model(s) from "
-                          f"{escape(str(cache.root))}")
     done = len(planned.jobs) - len(todo)
-    if done and todo:
-        console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
-                      "[/dim]")
     started = time.perf_counter()
     with progress_bar(console, show_progress) as bar, make_executor(planned.cfg.executor) as pool:
         overall = bar.add_task("training", total=len(planned.jobs), completed=done)
@@ -70,24 +62,31 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
         def on_start(job: Job) -> None:
             tasks[job.index] = bar.add_task(f"model {job.index}", total=None)
 
-        def on_done(job: Job, result: Any, seconds: float) -> None:
-            state, meta = result
-            model_job = job.payload[0]
-            run.save_model(model_job.index, model_job.identity, state, meta)
-            if cache is not None:
-                cache.store(model_job.identity, MODEL_RECORD, WEIGHTS,
-                            run.model_dir(model_job.index))
-            bar.remove_task(tasks.pop(job.index))
-            bar.advance(overall)
+        on_done = model_saver(run, cache, bar, tasks, overall)
 
         shared = (pool.put(planned.pool), pool.put(planned.plan))
         device = str(train_device(planned.cfg, planned.device))
-        jobs = [Job(job.index, (job, *shared, device, on_epoch if local else None))
-                for job in todo]
-        if local and planned.cfg.train.ensemble > 1:
-            train_ensembles(jobs, planned, on_start, on_done)
-            jobs = []
+        callback = on_epoch if local else None
+
+        def train_parents(parents: list[ModelJob], save: Any) -> None:
+            def on_parent(job: Job, result: Any, seconds: float) -> None:
+                save(job.payload[0], *result)
+                bar.remove_task(tasks.pop(job.index))
+
+            pool.run([Job(p.index, (p, *shared, device, callback, None)) for p in parents],
+                     run_model_job, on_parent, on_start)
+
         try:
+            parents, trained = obtain_parents(run, cache, todo, train_parents)
+            if parents:
+                console.print(f"derived models start from {len(parents)} parent model(s), "
+                              f"{trained} of them trained now, the rest reused")
+            jobs = [Job(job.index, (job, *shared, device, callback,
+                                    parents.get(job.parent.identity) if job.parent else None))
+                    for job in todo]
+            if local and planned.cfg.train.ensemble > 1:
+                train_ensembles(jobs, planned, on_start, on_done)
+                jobs = []
             pool.run(jobs, run_model_job, on_done, on_start)
         except JobFailedError as error:
             if isinstance(error.cause, MiauditError):
@@ -98,6 +97,41 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
         console.print(f"trained {len(todo)} model(s) in {seconds:.1f} s "
                       f"({seconds / len(todo):.1f} s per model, device {device})")
     return seconds
+
+
+def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any],
+                overall: Any) -> Any:
+    """The executor's on-done callback: write each finished model (and store it in the model
+    cache) as it arrives, and advance the progress bar."""
+    def on_done(job: Job, result: Any, seconds: float) -> None:
+        state, meta = result
+        model_job = job.payload[0]
+        run.save_model(model_job.index, model_job.identity, state, meta)
+        if cache is not None:
+            cache.store(model_job.identity, MODEL_RECORD, WEIGHTS,
+                        run.model_dir(model_job.index))
+        bar.remove_task(tasks.pop(job.index))
+        bar.advance(overall)
+
+    return on_done
+
+
+def pending_jobs(run: RunDir, planned: Audit, console: Console) -> list[ModelJob]:
+    """The jobs with no valid model record, after fetching identical models from the model
+    cache; says what was reused and what resumes."""
+    todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
+    cache = planned.cache
+    if cache is not None:
+        fetched = [job for job in todo if fetch_model(cache, run, job)]
+        todo = [job for job in todo if job not in fetched]
+        if fetched:
+            console.print(f"reused {len(fetched)} identical model(s) from "
+                          f"{escape(str(cache.root))}")
+    done = len(planned.jobs) - len(todo)
+    if done and todo:
+        console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
+                      "[/dim]")
+    return todo
 
 
 def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any) -> None:
@@ -115,11 +149,11 @@ def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any
 def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """One train job (module level, so Ray workers can import it): the model's state dict
     and meta, returned to the driver, which writes them."""
-    model_job, pool_ref, plan_ref, device, on_epoch = job.payload
+    model_job, pool_ref, plan_ref, device, on_epoch, parent_state = job.payload
     progress = None if on_epoch is None else (
         lambda epoch, total, stats: on_epoch(model_job.index, epoch, total, stats))
     return modeljob.train_model(model_job, resolve(pool_ref), resolve(plan_ref),
-                                torch.device(device), progress)
+                                torch.device(device), progress, parent_state)
 
 
 def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:

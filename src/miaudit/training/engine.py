@@ -8,7 +8,6 @@ SNN conversion, replace-then-finetune) override :meth:`Recipe.prepare` or :meth:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from miaudit.training.augment import augment
+from miaudit.training.precision import (
+    autocast_context,
+    default_layout,
+    input_layout,
+    training_layout,
+)
 
 Batches = Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 
@@ -50,8 +55,27 @@ class TrainEnv:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     seed: int = 0
     progress: Callable[[int, int, dict[str, float]], None] | None = None  # (epoch, epochs, stats)
-    #: CUDA only: channels_last + bfloat16 autocast (training.speedups); no effect elsewhere
-    cuda_speedups: bool = False
+    #: "fp32" or "bf16" (bfloat16 autocast + channels_last, float32 master weights; see
+    #: training.precision)
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class ParentSpec:
+    """The trained model a derived recipe starts from, told as an ordinary model of the audit:
+    a registry model (name, options; the derived model's width) trained with a registry recipe
+    (its options; the derived model's optimization settings, with ``epochs`` when given and the
+    derived recipe's penalties when ``penalties``). The pipeline trains that model once per
+    (data, membership row, seed, settings), caches it under its own identity (so an audit that
+    trained the same model, e.g. the headline family's ResNet-14, supplies it) and calls
+    :meth:`Recipe.train_from_parent`."""
+
+    model: str
+    model_options: dict[str, Any] = field(default_factory=dict)
+    recipe: str = "standard"
+    recipe_options: dict[str, Any] = field(default_factory=dict)
+    epochs: int | None = None
+    penalties: bool = False
 
 
 @dataclass
@@ -98,6 +122,8 @@ class Recipe:
     """Empirical risk minimization with cross-entropy: the ``standard`` recipe and the base of
     every other one."""
 
+    #: why this recipe trains in float32 only (None: it supports every train.precision)
+    fp32_only: str | None = None
     #: recipes that need held-out data (early stopping, MMD) set this; the pipeline then passes
     #: ``x_val``/``y_val`` drawn from samples the model does not train on.
     needs_validation: bool = False
@@ -117,6 +143,20 @@ class Recipe:
               env: TrainEnv, x_val: torch.Tensor | None = None,
               y_val: torch.Tensor | None = None) -> tuple[nn.Module, dict[str, list[Any]]]:
         return fit(model, x, y, params, self, env, x_val, y_val)
+
+    def parent(self, model: str, model_options: dict[str, Any]) -> ParentSpec | None:
+        """The parent this recipe's :meth:`train` trains first, when another recipe can train it
+        on its own (registry ``model`` with ``model_options`` is the model being audited);
+        None (the default): :meth:`train` does everything."""
+        return None
+
+    def train_from_parent(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                          params: TrainParams, env: TrainEnv, x_val: torch.Tensor | None = None,
+                          y_val: torch.Tensor | None = None
+                          ) -> tuple[nn.Module, dict[str, list[Any]]]:
+        """What :meth:`train` does after training the parent; ``model`` is the registry model
+        holding the parent's trained weights. Bit-identical to :meth:`train` (tested)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no parent")
 
     def prepare(self, state: FitState) -> None:
         """Called once before the first epoch; may replace model, optimizer or batches."""
@@ -184,12 +224,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     log (loss, accuracy, seconds, and whatever the recipe records)."""
     generator = torch.Generator().manual_seed(env.seed)
     torch.manual_seed(env.seed)  # model-internal randomness (dropout, SDE noise)
-    model = model.to(env.device)
-    autocast: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if env.cuda_speedups:
-        from miaudit.training.speedups import cuda_speedups
-
-        model, autocast = cuda_speedups(model, env.device)
+    autocast = autocast_context(env.precision, env.device)
+    model, channels_last = training_layout(model.to(env.device), env.precision)
     state = FitState(
         model=model, optimizer=make_optimizer(model, params), params=params, env=env, x=x, y=y,
         x_val=x_val, y_val=y_val, generator=generator,
@@ -216,6 +252,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
                 continue
             xb = augment(xb, params.crop_padding, params.flip, generator)
             xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
+            xb = input_layout(xb, channels_last)
             state.optimizer.zero_grad(set_to_none=True)
             with autocast:
                 loss = recipe.objective(state.model, xb, yb)
@@ -234,6 +271,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             env.progress(epoch + 1, params.epochs, {"loss": state.log["loss"][-1]})
         if state.stop:
             break
+    state.model = default_layout(state.model, channels_last)
     state.model.eval()
     return state.model, state.log
 

@@ -1,0 +1,44 @@
+"""Command-line usage errors (a bad option type, an unknown flag) on one line.
+
+Typer prints click's usage errors in a box that rich wraps to the terminal's width, or, without
+rich, as three lines (usage, hint, error). miaudit promises one ``error:`` line and exit code 2
+for every error a user can fix, whatever the terminal width, so the command group runs click in
+non-standalone mode and prints those errors itself."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import typer
+import typer.core
+from typer.core import TyperGroup
+
+from miaudit.cli.errors import fail
+
+# the click that typer runs on: recent typer vendors it as typer._click, earlier ones import it
+_click = getattr(typer.core, "_click", None) or importlib.import_module("click")
+_ClickException = _click.exceptions.ClickException
+_NoArgsIsHelp = getattr(_click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+_Abort = (getattr(_click.exceptions, "Abort", typer.Abort), typer.Abort)
+
+
+class OneLineErrors(TyperGroup):
+    """The top-level command group: usage errors as ``error: <message>``, exit code 2."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _NoArgsIsHelp as error:
+            error.show()  # the help text, as click prints it
+            sys.exit(error.exit_code)
+        except _ClickException as error:
+            fail(error.format_message())
+            sys.exit(error.exit_code)
+        except _Abort:
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
