@@ -51,8 +51,34 @@ def calibrate(values: np.ndarray, data: AttackInput, target: int, references: np
     return values[target] - mean_out, {"samples_without_out_refs": int((counts == 0).sum())}
 
 
+class _LabelOnlyAttack(Attack):
+    """Shared by the two label-only attacks: their options and the optional calibration.
+    Subclasses define ``name`` and ``values(data, models) -> (M, N)``."""
+
+    min_references = 0
+    name = ""
+
+    def __init__(self, queries: list[str] | None = None, calibrate: bool = False):
+        if not isinstance(calibrate, bool):
+            raise ValueError(f"option 'calibrate' must be a boolean, got {calibrate!r}")
+        self.queries = query_option(queries)
+        self.calibrate = calibrate
+        self.min_references = 1 if calibrate else 0
+
+    def values(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
+        refs = check_models(data, target, references, self.name, self.min_references)
+        if not self.calibrate:
+            return AttackResult(self.values(data, np.array([target]))[target])
+        values = self.values(data, np.r_[target, refs])
+        scores, info = calibrate(values, data, target, refs, self.name)
+        return AttackResult(scores, info)
+
+
 @ATTACKS.register("label_augmentation")
-class LabelAugmentation(Attack):
+class LabelAugmentation(_LabelOnlyAttack):
     """Data-augmentation label-only attack (Choquette-Choo et al. 2021, Sec. 4.1): query the
     target's label on N augmentations of x (flips, shifts) and count how many are correct,
     score(x) = (1/N) sum_i 1[f(aug_i(x)) = y] (the paper's counting attack on the
@@ -66,16 +92,9 @@ class LabelAugmentation(Attack):
         models (difficulty calibration); needs at least one reference.
     """
 
-    min_references = 0
+    name = "label_augmentation"
 
-    def __init__(self, queries: list[str] | None = None, calibrate: bool = False):
-        if not isinstance(calibrate, bool):
-            raise ValueError(f"option 'calibrate' must be a boolean, got {calibrate!r}")
-        self.queries = query_option(queries)
-        self.calibrate = calibrate
-        self.min_references = 1 if calibrate else 0
-
-    def correctness(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
+    def values(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
         """(len(models), N) fraction of the label columns whose label is the true one."""
         qidx = label_columns(data, self.queries, "label", "label_augmentation")
         values = np.zeros((data.num_models, len(data.labels)))
@@ -84,18 +103,9 @@ class LabelAugmentation(Attack):
             values[model] = (predicted == data.labels[:, None]).mean(axis=1)
         return values
 
-    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
-        refs = check_models(data, target, references, "label_augmentation",
-                            self.min_references)
-        if not self.calibrate:
-            return AttackResult(self.correctness(data, np.array([target]))[target])
-        values = self.correctness(data, np.r_[target, refs])
-        scores, info = calibrate(values, data, target, refs, "label_augmentation")
-        return AttackResult(scores, info)
-
 
 @ATTACKS.register("boundary_distance")
-class BoundaryDistance(Attack):
+class BoundaryDistance(_LabelOnlyAttack):
     """Boundary-distance label-only attack (Choquette-Choo et al. 2021, Sec. 4.2): the L2
     distance from x to the target's decision boundary, found by the decision-based HopSkipJump
     attack under the query budget stated in the ``boundary`` query spec (the query stage runs
@@ -109,16 +119,9 @@ class BoundaryDistance(Attack):
       calibrate (bool, False): subtract the mean score of x over its OUT reference models.
     """
 
-    min_references = 0
+    name = "boundary_distance"
 
-    def __init__(self, queries: list[str] | None = None, calibrate: bool = False):
-        if not isinstance(calibrate, bool):
-            raise ValueError(f"option 'calibrate' must be a boolean, got {calibrate!r}")
-        self.queries = query_option(queries)
-        self.calibrate = calibrate
-        self.min_references = 1 if calibrate else 0
-
-    def distances(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
+    def values(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
         qidx = label_columns(data, self.queries, "boundary", "boundary_distance")
         values = np.zeros((data.num_models, len(data.labels)))
         for model in models:
@@ -126,11 +129,3 @@ class BoundaryDistance(Attack):
             correct = outputs.argmax(-1) == data.labels[:, None]
             values[model] = np.where(correct, boundary_distances(outputs), 0.0).mean(axis=1)
         return values
-
-    def evaluate(self, data: AttackInput, target: int, references: np.ndarray) -> AttackResult:
-        refs = check_models(data, target, references, "boundary_distance", self.min_references)
-        if not self.calibrate:
-            return AttackResult(self.distances(data, np.array([target]))[target])
-        values = self.distances(data, np.r_[target, refs])
-        scores, info = calibrate(values, data, target, refs, "boundary_distance")
-        return AttackResult(scores, info)
