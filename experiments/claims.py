@@ -197,7 +197,13 @@ C_ROWS = [
       attack, paper, acc in (
         ("ANN: Attack-P", "0_ann", "attack_p", (56.61, 0.0, 0.0), 90.9),
         ("ANN: Attack-R", "0_ann", "attack_r", (59.49, 0.0, 0.0), 90.9),
-        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9))],
+        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9),
+        ("SNN T=1: Attack-P", "1_snn_t1", "attack_p", (54.58, 0.08, 0.87), 86.1),
+        ("SNN T=1: Attack-R", "1_snn_t1", "attack_r", (57.59, 0.0, 0.0), 86.1),
+        ("SNN T=1: RMIA", "1_snn_t1", "rmia_simple", (59.89, 0.84, 3.82), 86.1),
+        ("SNN T=1: RMIA + dropout", "1_snn_t1", "rmia_simple+input_dropout",
+         (63.84, 1.86, 6.34), 86.1),
+        ("SNN T=2: RMIA", "2_snn_t2", "rmia_simple", (60.83, 1.00, 4.43), 87.3))],
 ]
 
 B_ROWS = [
@@ -256,6 +262,13 @@ CLAIMS = [
     Claim("C, Tab. 2", "ANN: Attack-R", "ANN: Attack-P", AUC),
     Claim("C, Tab. 2 (rotation)", "[rot] ANN: RMIA", "[rot] ANN: Attack-R", AUC),
     Claim("C, Tab. 2 (rotation)", "[rot] ANN: Attack-R", "[rot] ANN: Attack-P", AUC),
+    Claim("C, Tab. 2 (rotation)", "[rot] SNN T=1: RMIA", "[rot] SNN T=1: Attack-R", AUC),
+    Claim("C, Tab. 2 (rotation)", "[rot] SNN T=1: Attack-R", "[rot] SNN T=1: Attack-P", AUC),
+    Claim("C, Tab. 2 (rotation, ANN >= SNN)", "[rot] ANN: RMIA", "[rot] SNN T=1: RMIA", AUC_1),
+    Claim("C, Tab. 2 (rotation, risk rises with T)", "[rot] SNN T=2: RMIA",
+          "[rot] SNN T=1: RMIA", AUC_1),
+    Claim("C, Tab. 2 (rotation, input dropout)", "[rot] SNN T=1: RMIA + dropout",
+          "[rot] SNN T=1: RMIA", AUC_1),
     Claim("C, Tab. 4", "SNN T=4: RMIA", "SNN T=4: Attack-R", AUC),
     Claim("C, Tab. 4", "SNN T=4: Attack-R", "SNN T=4: Attack-P", AUC,
           note="the paper's own Table 4 has Attack-R below Table 2's Attack-P at T = 4"),
