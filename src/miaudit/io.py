@@ -132,6 +132,28 @@ def text_digest(value: Any, default: Callable[[Any], Any] | None = None) -> str:
                           ).hexdigest()
 
 
+DIGEST_KEY = "sha256"  # the key of a self-digesting record's digest of its own content
+
+
+def write_digested_json(path: Path, record: dict[str, Any]) -> None:
+    """Write a record that has no data file with the digest of its own JSON content, so
+    damage or a hand edit is found on reading (:func:`read_digested_json`)."""
+    content = json.loads(json.dumps(record))  # the digest covers what a reader parses back
+    write_json(path, {**content, DIGEST_KEY: text_digest(content)})
+
+
+def read_digested_json(path: Path) -> tuple[dict[str, Any], str | None]:
+    """(content, problem) of a record written by :func:`write_digested_json`; ``problem`` is
+    None when the digest matches, else what is wrong. Unreadable files raise RunDirError."""
+    record = read_json(path)
+    stored = record.pop(DIGEST_KEY, None)
+    if stored is None:
+        return record, "no digest"
+    if stored != text_digest(record):
+        return record, "its content does not match its digest"
+    return record, None
+
+
 def copy_file(source: Path, destination: Path) -> None:
     """Copy atomically. Never a hard link: damage in one copy must not reach another."""
     atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))

@@ -9,7 +9,6 @@ HTML report, the markdown tables) print percent, and say so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from miaudit.errors import RunDirError
-from miaudit.io import path_problem, read_json, text_digest, write_json
+from miaudit.io import path_problem, read_digested_json, write_digested_json
 
 LAYOUT = 2
 
@@ -153,21 +152,15 @@ def _table_row(attack: dict[str, Any]) -> dict[str, Any]:
 
 
 EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
-DIGEST_KEY = "sha256"  # results.json's digest of its own content (it has no data file)
-
-
 def write_results(path: Path, summary: dict[str, Any]) -> None:
     """Write ``summary`` with the digest of its JSON content, so damage is found on reading."""
-    content = json.loads(json.dumps(summary))  # the digest covers what a reader parses back
-    write_json(path, {**content, DIGEST_KEY: text_digest(content)})
+    write_digested_json(path, summary)
 
 
 def read_results(path: Path) -> dict[str, Any]:
     """results.json, verified against its digest; a damaged or edited file is named."""
-    summary = read_json(path)
-    stored = summary.pop(DIGEST_KEY, None)
-    if stored != text_digest(summary):
-        problem = "no digest" if stored is None else "its content does not match its digest"
+    summary, problem = read_digested_json(path)
+    if problem is not None:
         raise RunDirError(f"{path} is damaged ({problem}); rerun the audit (or miaudit score) "
                           "to rebuild it: it reuses every trained model")
     return summary

@@ -44,12 +44,13 @@ from miaudit.io import (
     copy_file,
     file_digest,
     read_array,
+    read_digested_json,
     read_json,
     read_tensors,
     sweep_temporaries,
-    text_digest,
     write_array,
     write_bytes,
+    write_digested_json,
     write_json,
     write_tensors,
 )
@@ -197,7 +198,7 @@ class RunDir:
 
     def save_eval(self, index: int, key: str, record: dict[str, Any]) -> None:
         """An evaluation record with the digest of its own content (it has no data file)."""
-        write_json(self.eval_path(index, key), {**record, "sha256": text_digest(record)})
+        write_digested_json(self.eval_path(index, key), record)
 
     def eval_record(self, index: int, key: str) -> dict[str, Any] | None:
         """The evaluation record when present and intact; None when it must be (re)computed.
@@ -206,13 +207,12 @@ class RunDir:
         if not path.exists():
             return None
         try:
-            record = read_json(path)
+            content, problem = read_digested_json(path)
         except RunDirError as error:
             _warn(f"{error}; recomputing it")
             return None
-        content = {name: value for name, value in record.items() if name != "sha256"}
-        if record.get("sha256") != text_digest(content):
-            _warn(f"{path} is damaged (its content does not match its digest); recomputing it")
+        if problem is not None:
+            _warn(f"{path} is damaged ({problem}); recomputing it")
             return None
         return content
 
