@@ -24,7 +24,6 @@ from pydantic import (
 )
 
 from miaudit.components import (
-    Spec,
     attack_label,
     build_attack,
     build_output_defense,
@@ -37,6 +36,7 @@ from miaudit.errors import ConfigError
 from miaudit.executors import ExecutorConfig
 from miaudit.registry import DATASETS, MAX_OPTION_ITEMS, MODELS, RECIPES, check_size
 from miaudit.rundir import check_scores_names
+from miaudit.specs import AttackSpec, Component, ComponentSpec, Spec
 from miaudit.training.engine import TrainParams
 from miaudit.training.precision import check_precision, retire_amp
 
@@ -46,8 +46,9 @@ MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit pa
 # items in every later traversal (validation, dumps, identities). Counted with aliases expanded.
 MAX_CONFIG_ITEMS = 10 * MAX_OPTION_ITEMS
 
-# the component builders live in miaudit.components; re-exported for existing callers
-__all__ = ["AuditConfig", "ConfigError", "Spec", "attack_label", "build_attack",
+# the component builders live in miaudit.components, the spec types in miaudit.specs;
+# re-exported for existing callers
+__all__ = ["AuditConfig", "Component", "ConfigError", "Spec", "attack_label", "build_attack",
            "build_output_defense", "build_penalties", "build_recipe", "load_config",
            "validate_config"]
 
@@ -123,7 +124,7 @@ class TrainConfig(_Strict):
 
     recipe: str = "standard"
     recipe_options: dict[str, Any] = Field(default_factory=dict)
-    penalties: list[Spec] = Field(default_factory=list)
+    penalties: list[ComponentSpec] = Field(default_factory=list, validate_default=True)
     epochs: int = Field(default=_train_default("epochs"), ge=1)
     batch_size: int = Field(default=_train_default("batch_size"), ge=1)
     optimizer: Literal["sgd", "adam", "adamw"] = _train_default("optimizer")
@@ -249,8 +250,9 @@ class AuditConfig(_Strict):
     num_models: int = Field(default=16, ge=2, le=100_000)
     num_targets: int | None = Field(default=None, ge=1)  # rotation: score the first k only
     queries: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERIES), min_length=1)
-    attacks: list[Spec] = Field(default_factory=lambda: list(DEFAULT_ATTACKS), min_length=1)
-    output_defense: Spec | None = None
+    attacks: list[AttackSpec] = Field(default_factory=lambda: list(DEFAULT_ATTACKS),
+                                      min_length=1, validate_default=True)
+    output_defense: ComponentSpec | None = None
     robust_eval: RobustEvalConfig | None = None
     # label of the attack whose scores feed the memorization analysis (DeMem Figure 1)
     memorization_attack: str | None = None
@@ -279,7 +281,7 @@ class AuditConfig(_Strict):
 
     @field_validator("output_defense")
     @classmethod
-    def _known_defense(cls, spec: Spec | None) -> Spec | None:
+    def _known_defense(cls, spec: Component | None) -> Component | None:
         if spec is not None:
             build_output_defense(spec)
         return spec
@@ -296,7 +298,7 @@ class AuditConfig(_Strict):
 
     @model_validator(mode="after")
     def _attacks(self) -> AuditConfig:
-        labels = [attack_label(spec)[0] for spec in self.attacks]
+        labels = [attack.label for attack in self.attacks]
         if len(set(labels)) != len(labels):
             raise ValueError(f"attack labels must be distinct, got {labels}")
         check_scores_names(labels)
