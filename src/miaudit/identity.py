@@ -39,16 +39,15 @@ def code_digests(data_name: str, model_name: str, model_options: dict[str, Any],
                  recipe: Any) -> list[str]:
     """Digests of the user's own code that a model depends on (a data set or model named by
     import path, a recipe's ``fingerprint``, e.g. of a user training function), and of the
-    files a model starts from (a constructor's ``content_digest(options)``, e.g. a
+    files a model starts from (the ``content_digest`` its registry entry declares, e.g. of a
     checkpoint): editing them retrains the model."""
     from miaudit.importpath import source_digest
     from miaudit.registry import DATASETS, MODELS
 
     digests = [source_digest(registry.get(name)) for registry, name in
                ((DATASETS, data_name), (MODELS, model_name)) if ":" in name]
-    content = getattr(MODELS.get(model_name), "content_digest", None)  # e.g. a checkpoint
-    if content is not None and (digest := content(model_options)) is not None:
-        digests.append(digest)
+    if (content := MODELS.content_digest(model_name, model_options)) is not None:
+        digests.append(content)
     return digests + ([recipe.fingerprint] if recipe.fingerprint else [])
 
 

@@ -24,6 +24,10 @@ Forward = Callable[[torch.Tensor], torch.Tensor]
 class Query:
     """Deterministic transform of the input, then one forward pass."""
 
+    #: forward passes per sample (stochastic and search queries take more), for progress and
+    #: time estimates
+    n: int = 1
+
     def __init__(self, flip: bool = False, dx: int = 0, dy: int = 0):
         for name, value in (("dx", dx), ("dy", dy)):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -147,7 +151,7 @@ def check_fits(spec: str, height: int, width: int) -> None:
     """Raise ValueError when the query's shift does not fit images of this size (reflect
     padding needs a shift smaller than the image's height and width)."""
     query = build_query(spec)
-    largest = max(abs(getattr(query, "dx", 0)), abs(getattr(query, "dy", 0)))
+    largest = max(abs(query.dx), abs(query.dy))
     if largest >= min(height, width):
         raise ValueError(f"query {spec!r} shifts by {largest} pixels, but the images are "
                          f"{height}x{width}; shift by less than {min(height, width)}")
@@ -215,6 +219,6 @@ def query_outputs(model: torch.nn.Module, x: torch.Tensor, specs: list[str],
 
 def num_passes(specs: list[str]) -> int:
     """Forward passes per sample that ``specs`` costs (for progress and time estimates)."""
-    return sum(getattr(build_query(spec), "n", 1) for spec in specs) if specs else 0
+    return sum(build_query(spec).n for spec in specs) if specs else 0
 
 

@@ -45,13 +45,26 @@ class Registry(Generic[T]):
         self.kind = kind
         self._modules = dict(builtins)  # name -> module that registers it
         self._entries: dict[str, T] = {}
+        self._checks: dict[str, Callable[..., None]] = {}
+        self._digests: dict[str, Callable[[dict[str, Any]], str | None]] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, *, check: Callable[..., None] | None = None,
+                 content_digest: Callable[[dict[str, Any]], str | None] | None = None
+                 ) -> Callable[[T], T]:
+        """Register a constructor. ``check`` validates option *values* without building
+        (called with every user option, defaults filled in, by :meth:`check_options`; raises
+        ValueError), for entries that cannot be built when the config is validated (models
+        need the data's shape, data sets read files). ``content_digest(options)`` digests
+        files the entry reads (e.g. a checkpoint): it enters the identity of what is built
+        from them."""
         def add(constructor: T) -> T:
             known = self._entries.get(name)
             if known is not None and known is not constructor:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._entries[name] = constructor
+            for hooks, hook in ((self._checks, check), (self._digests, content_digest)):
+                if hook is not None:
+                    hooks[name] = hook
             return constructor
 
         return add
@@ -89,12 +102,26 @@ class Registry(Generic[T]):
             raise ConfigError(f"{self.kind} {name!r}: option(s) {clash} are set by miaudit")
         stand_in = dict.fromkeys(provided)
         try:
-            signature.bind(**stand_in, **options)
+            bound = signature.bind(**stand_in, **options)
         except TypeError as error:
             valid = [p for p in signature.parameters if p not in provided and p != "self"
                      and signature.parameters[p].kind is not inspect.Parameter.VAR_KEYWORD]
             raise ConfigError(f"bad options for {self.kind} {name!r}: {error}; valid options: "
                               f"{', '.join(valid) or '(none)'}") from None
+        check = self._checks.get(name)
+        if check is not None:
+            bound.apply_defaults()
+            values = {k: v for k, v in bound.arguments.items() if k not in provided}
+            try:
+                check(**values)
+            except ValueError as error:
+                raise ConfigError(f"{self.kind} {name!r}: {error}") from None
+
+    def content_digest(self, name: str, options: dict[str, Any]) -> str | None:
+        """The digest of the files entry ``name`` reads with ``options`` (None: none)."""
+        self.get(name)
+        digest = self._digests.get(name)
+        return None if digest is None else digest(options)
 
     def build(self, name: str, **options: Any) -> Any:
         """Call the constructor; errors inside it propagate unchanged (they are not option

@@ -239,7 +239,7 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
         raise ConfigError(str(error)) from None
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
-        if outputs.modality not in getattr(attack, "modalities", ("classes",)):
+        if outputs.modality not in attack.modalities:
             raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
                               f"outputs; {fitting_attacks(outputs.modality)}")
         if attack.min_references > outputs.num_models - 1:

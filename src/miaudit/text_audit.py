@@ -31,7 +31,7 @@ def check_modality(cfg: AuditConfig, pool: Pool) -> None:
     kind = modality(pool)
     for spec in cfg.attacks:
         attack = build_attack(spec)
-        if kind not in getattr(attack, "modalities", ("classes",)):
+        if kind not in attack.modalities:
             label = attack_label(spec)[0]
             which = "text (causal LM) outputs" if kind == "text" else "class logits"
             raise ConfigError(f"attacks: {label!r} does not apply to {which}; "
@@ -77,9 +77,7 @@ def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
 
 
 def _trains_language_models(train: Any) -> bool:
-    recipe = build_recipe(train)
-    recipe = getattr(recipe, "base", recipe)  # dpsgd privatizes its base recipe
-    return bool(getattr(recipe, "language_model", False))
+    return build_recipe(train).language_model
 
 
 def default_text_attacks(outputs: Any, has_population: bool) -> list[str]:

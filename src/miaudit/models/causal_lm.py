@@ -120,7 +120,7 @@ def checkpoint_content(options: dict) -> str | None:
     return text_digest({str(p.relative_to(folder)): file_digest(p) for p in files})
 
 
-@MODELS.register("causal_lm")
+@MODELS.register("causal_lm", content_digest=checkpoint_content)
 def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
               checkpoint: str | None = None, layers: int = 2, dim: int = 128, heads: int = 4,
               dropout: float = 0.0) -> CausalLM:
@@ -142,5 +142,3 @@ def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     return CausalLM(tiny_gpt2(num_classes, positions, layers, dim, heads, dropout), num_classes)
 
-
-causal_lm.content_digest = checkpoint_content  # read by the pipeline's model identities

@@ -199,6 +199,7 @@ class DPSGD(Recipe):
         self.secure_mode = bool(secure_mode)
         self.base = _build_base(base, trust_base)
         self.needs_validation = self.base.needs_validation
+        self.language_model = self.base.language_model
         self.engine: PrivacyEngine | None = None
         self.sample_rate = math.nan
 

@@ -88,7 +88,7 @@ def attack_input(run: RunDir, planned: Audit) -> AttackInput:
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
                              list(cfg.queries))
-    wants_features = any(getattr(build_attack(spec, f"attacks[{i}]"), "needs_features", False)
+    wants_features = any(build_attack(spec, f"attacks[{i}]").needs_features
                          for i, spec in enumerate(cfg.attacks))
     return AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population,

@@ -127,6 +127,8 @@ class Recipe:
     #: recipes that need held-out data (early stopping, MMD) set this; the pipeline then passes
     #: ``x_val``/``y_val`` drawn from samples the model does not train on.
     needs_validation: bool = False
+    #: recipes that train causal language models on text (lm, lora; dpsgd: its base's)
+    language_model: bool = False
     #: a digest of user code the recipe runs (a user training function), part of the identity
     #: of the models it trains; None for miaudit's own recipes (the version covers those)
     fingerprint: str | None = None
