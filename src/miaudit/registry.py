@@ -114,7 +114,7 @@ class Registry(Generic[T]):
             values = {k: v for k, v in bound.arguments.items() if k not in provided}
             try:
                 check(**values)
-            except ValueError as error:
+            except (ValueError, TypeError) as error:  # a value of the wrong type: the user's
                 raise ConfigError(f"{self.kind} {name!r}: {error}") from None
 
     def content_digest(self, name: str, options: dict[str, Any]) -> str | None:

@@ -281,12 +281,26 @@ def _limit(x: np.ndarray, y: np.ndarray, k: int | None) -> tuple[np.ndarray, np.
     return x[keep], y[keep]
 
 
+def _check_options(archive: Archive, labels: str, limit_per_class: int | None) -> int | None:
+    if labels not in archive.label_keys:
+        raise ValueError(f"labels must be one of {sorted(archive.label_keys)}, got {labels!r}")
+    return check_limit(limit_per_class)
+
+
+def check_cifar10(*, limit_per_class: int | None, **unchecked: object) -> None:
+    """The CIFAR-10 loader's option values (the config checks them before reading data)."""
+    _check_options(CIFAR10, "fine", limit_per_class)
+
+
+def check_cifar100(*, labels: str, limit_per_class: int | None, **unchecked: object) -> None:
+    """The CIFAR-100 loader's option values (the config checks them before reading data)."""
+    _check_options(CIFAR100, labels, limit_per_class)
+
+
 def load_cifar(archive: Archive, *, data_dir: Any, labels: str, limit_per_class: int | None,
                download: bool, cache: bool, workers: int | None = None) -> DataSplits:
     """Shared body of the two registered loaders."""
-    if labels not in archive.label_keys:
-        raise ValueError(f"labels must be one of {sorted(archive.label_keys)}, got {labels!r}")
-    limit = check_limit(limit_per_class)
+    limit = _check_options(archive, labels, limit_per_class)
     root = resolve_data_dir(data_dir)
     found = _locate(archive, root)
     if found is None and download:
@@ -323,7 +337,7 @@ def _missing_message(archive: Archive, root: Path) -> str:
     return text + f". Pass data_dir, or download=True to fetch {archive.url}"
 
 
-@DATASETS.register("cifar10")
+@DATASETS.register("cifar10", check=check_cifar10)
 def load_cifar10(*, data_dir: str | Path | None = None, limit_per_class: int | None = None,
                  download: bool = False, cache: bool = True,
                  workers: int | None = None) -> DataSplits:
@@ -338,7 +352,7 @@ def load_cifar10(*, data_dir: str | Path | None = None, limit_per_class: int | N
                       download=download, cache=cache, workers=workers)
 
 
-@DATASETS.register("cifar100")
+@DATASETS.register("cifar100", check=check_cifar100)
 def load_cifar100(*, data_dir: str | Path | None = None, labels: str = "fine",
                   limit_per_class: int | None = None, download: bool = False,
                   cache: bool = True) -> DataSplits:

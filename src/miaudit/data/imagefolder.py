@@ -189,7 +189,21 @@ def splits_from_arrays(arrays: dict[str, np.ndarray], class_names: Sequence[str]
                       num_classes=len(class_names), class_names=list(class_names))
 
 
-@DATASETS.register("imagefolder")
+def check_imagefolder(*, size: Any, color: str, classes: Sequence[str] | None,
+                      limit_per_class: int | None, workers: int | None,
+                      **unchecked: object) -> None:
+    """The image folder's option values (the config checks them before reading a file)."""
+    if color not in COLORS:
+        raise ValueError(f"color must be one of {sorted(COLORS)}, got {color!r}")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    check_size(size)
+    check_limit(limit_per_class)
+    if classes is not None:
+        _check_classes(classes)
+
+
+@DATASETS.register("imagefolder", check=check_imagefolder)
 def load_imagefolder(*, data_dir: str | Path | None = None, size: Any = None, color: str = "rgb",
                      classes: Sequence[str] | None = None, limit_per_class: int | None = None,
                      workers: int | None = None, cache: bool = True) -> DataSplits:
@@ -203,10 +217,8 @@ def load_imagefolder(*, data_dir: str | Path | None = None, size: Any = None, co
     root = as_path(data_dir)
     if root is None:
         raise ValueError("imagefolder needs data_dir: the folder holding train/ and test/")
-    if color not in COLORS:
-        raise ValueError(f"color must be one of {sorted(COLORS)}, got {color!r}")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    check_imagefolder(size=size, color=color, classes=classes, limit_per_class=limit_per_class,
+                      workers=workers)
     if not root.is_dir():
         raise DataError(f"image folder {path_problem(root, 'folder')} (expected "
                         "train/<class>/* and test/<class>/* inside it)")

@@ -10,13 +10,31 @@ from miaudit.data._base import DataSplits, reject_data_dir
 from miaudit.registry import DATASETS
 
 
-@DATASETS.register("synthetic")
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_synthetic(*, n_train: int, n_test: int, num_classes: int, shape: tuple[int, ...],
+                    **unchecked: object) -> None:
+    """The generator's option values (the config checks them before generating)."""
+    for name, value, least in (("n_train", n_train, 0), ("n_test", n_test, 0),
+                               ("num_classes", num_classes, 1)):
+        if not _count(value) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (list, tuple)) or not shape \
+            or not all(_count(size) and size > 0 for size in shape):
+        raise ValueError(f"shape must be a list of positive sizes ((D,) or (C, H, W)), got "
+                         f"{shape!r}")
+
+
+@DATASETS.register("synthetic", check=check_synthetic)
 def load_synthetic(*, data_dir: Path | None = None, n_train: int = 400, n_test: int = 100,
                    num_classes: int = 4, shape: tuple[int, ...] = (1, 8, 8),
                    separation: float = 0.6, seed: int = 0) -> DataSplits:
     """Class-dependent Gaussian means plus noise, squashed to [0, 1]; ``shape`` may be a
     feature vector ``(D,)`` or an image ``(C, H, W)``."""
     reject_data_dir("synthetic", data_dir, "is generated")
+    check_synthetic(n_train=n_train, n_test=n_test, num_classes=num_classes, shape=shape)
     generator = torch.Generator().manual_seed(seed)
     shape = tuple(shape)
     means = torch.randn((num_classes, *shape), generator=generator) * separation

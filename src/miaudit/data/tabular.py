@@ -159,7 +159,21 @@ def _split_label_column(x: np.ndarray, column: int | str, where: str
     return np.delete(x, column, axis=1), x[:, column]
 
 
-@DATASETS.register("tabular")
+def check_tabular(*, path: str | Path | None, scale: str, label_column: int | str | None,
+                  labels_path: str | Path | None, test_path: str | Path | None,
+                  test_fraction: float | None, **unchecked: object) -> None:
+    """The tabular data set's option values (the config checks them before reading a file)."""
+    if path is None:
+        raise ValueError("the tabular data set needs the option path (a CSV, .npy or .npz file)")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if labels_path is not None and label_column is not None:
+        raise ValueError("give the labels either as label_column or in labels_path, not both")
+    if test_path is not None and test_fraction is not None:
+        raise ValueError("give either test_path or test_fraction, not both")
+
+
+@DATASETS.register("tabular", check=check_tabular)
 def load_tabular(*, data_dir: str | Path | None = None, path: str | Path | None = None,
                  label_column: int | str | None = None, labels_path: str | Path | None = None,
                  has_header: bool | str = "auto", delimiter: str | None = None,
@@ -177,18 +191,12 @@ def load_tabular(*, data_dir: str | Path | None = None, path: str | Path | None 
     ``y_key`` (.npz array names), ``cache`` (reuse parsed CSV files).
     """
     root = as_path(data_dir)
+    check_tabular(path=path, scale=scale, label_column=label_column, labels_path=labels_path,
+                  test_path=test_path, test_fraction=test_fraction)
     source = _resolve(path, root, "path")
-    if source is None:
-        raise ValueError("the tabular data set needs the option path (a CSV, .npy or .npz file)")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     labels, test, test_labels = (_resolve(p, root, n) for p, n in (
         (labels_path, "labels_path"), (test_path, "test_path"),
         (test_labels_path, "test_labels_path")))
-    if labels is not None and label_column is not None:
-        raise ValueError("give the labels either as label_column or in labels_path, not both")
-    if test is not None and test_fraction is not None:
-        raise ValueError("give either test_path or test_fraction, not both")
     if delimiter is None:
         delimiter = "\t" if source.suffix.lower() == ".tsv" else ","
     layout = CsvLayout(0 if label_column is None else label_column, has_header, delimiter)

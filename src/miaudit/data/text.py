@@ -223,19 +223,24 @@ def pack(samples: list[list[int]], bos: int) -> torch.Tensor:
     return packed
 
 
-@DATASETS.register("text")
-def load_text(*, data_dir: Path | None, format: str = "auto", field: str = "text",
-              pattern: str = "*.txt", unit: str = "document", max_tokens: int = 64,
-              tokenizer: str = "bytes", max_samples: int | None = None) -> DataSplits:
-    """Text documents or token chunks (lines, JSONL, CSV column, fortune files), tokenized."""
-    if data_dir is None:
-        raise ValueError("text data needs data_dir: a text file, or a folder of them")
+def check_text(*, format: str, unit: str, max_tokens: int, **unchecked: object) -> None:
+    """The text data set's option values (the config checks them before reading a file)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
         raise ValueError(f"max_tokens must be an integer >= 2, got {max_tokens!r}")
+
+
+@DATASETS.register("text", check=check_text)
+def load_text(*, data_dir: Path | None, format: str = "auto", field: str = "text",
+              pattern: str = "*.txt", unit: str = "document", max_tokens: int = 64,
+              tokenizer: str = "bytes", max_samples: int | None = None) -> DataSplits:
+    """Text documents or token chunks (lines, JSONL, CSV column, fortune files), tokenized."""
+    if data_dir is None:
+        raise ValueError("text data needs data_dir: a text file, or a folder of them")
+    check_text(format=format, unit=unit, max_tokens=max_tokens)
     documents = [d for path in source_files(Path(data_dir), pattern)
                  for d in read_documents(path, format, field)]
     encoder = make_tokenizer(str(tokenizer), documents)

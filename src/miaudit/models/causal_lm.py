@@ -120,7 +120,13 @@ def checkpoint_content(options: dict) -> str | None:
     return text_digest({str(p.relative_to(folder)): file_digest(p) for p in files})
 
 
-@MODELS.register("causal_lm", content_digest=checkpoint_content)
+def check_causal_lm(*, dropout: float, **unchecked: object) -> None:
+    """causal_lm's option values that need no data (the config checks them early)."""
+    if not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+
+
+@MODELS.register("causal_lm", check=check_causal_lm, content_digest=checkpoint_content)
 def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
               checkpoint: str | None = None, layers: int = 2, dim: int = 128, heads: int = 4,
               dropout: float = 0.0) -> CausalLM:
@@ -138,7 +144,6 @@ def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
     dim = scaled(dim, width)
     if dim % heads:
         raise ValueError(f"dim {dim} (x width) must be a multiple of heads {heads}")
-    if not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    check_causal_lm(dropout=dropout)
     return CausalLM(tiny_gpt2(num_classes, positions, layers, dim, heads, dropout), num_classes)
 

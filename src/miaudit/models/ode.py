@@ -36,6 +36,7 @@ from miaudit.models.staged import (
     Stage,
     StagedNet,
     check_norm,
+    check_stem_stride,
     cifar_stem,
     image_channels,
     norm_layer,
@@ -211,7 +212,31 @@ def _solver(solver: str, steps: int, T: float, adjoint: bool, rtol: float, atol:
                   atol=atol)
 
 
-@MODELS.register("odenet")
+def _check_blocks(blocks: int) -> None:
+    if blocks not in (1, 2, 3):
+        raise ValueError(f"option 'blocks' (ODE blocks per group) must be 1, 2 or 3; "
+                         f"got {blocks!r}")
+
+
+def _check_augment(augment: int) -> None:
+    if not isinstance(augment, int) or augment < 1:
+        raise ValueError(f"option 'augment_channels' (zero channels) must be a positive "
+                         f"integer; got {augment!r}")
+
+
+def check_ode_options(*, solver: str, steps: int, T: float, adjoint: bool, norm: str,
+                      rtol: float, atol: float, blocks: int = 1, stem_stride: int = 2,
+                      augment_channels: int = 1, **unchecked: object) -> None:
+    """The option values of the ODE models (the config checks them before any data is
+    loaded); options a model lacks keep a valid default here."""
+    _solver(solver, steps, T, adjoint, rtol, atol)
+    check_norm(norm)
+    _check_blocks(blocks)
+    check_stem_stride(stem_stride)
+    _check_augment(augment_channels)
+
+
+@MODELS.register("odenet", check=check_ode_options)
 def odenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            blocks: int = 1, solver: str = "euler", steps: int = 16, T: float = 1.0,
            adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
@@ -229,9 +254,7 @@ def odenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
     (dopri5), ``stem_stride`` 2 (paper) or 1."""
     cin = image_channels(input_shape, "odenet")
     check_norm(norm)
-    if blocks not in (1, 2, 3):
-        raise ValueError(f"option 'blocks' (ODE blocks per group) must be 1, 2 or 3; "
-                         f"got {blocks!r}")
+    _check_blocks(blocks)
     integrator = _solver(solver, steps, T, adjoint, rtol, atol)
     widths = odenet_widths(width)
 
@@ -270,7 +293,7 @@ def _single_block_net(name: str, input_shape: tuple[int, ...], num_classes: int,
     return StagedNet(downsampling_stem(cin, channels, norm), [stage], inner, num_classes, norm)
 
 
-@MODELS.register("odenet64")
+@MODELS.register("odenet64", check=check_ode_options)
 def odenet64(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
              solver: str = "euler", steps: int = 16, T: float = 1.0, adjoint: bool = False,
              norm: str = "batch", rtol: float = 1e-3, atol: float = 1e-3) -> StagedNet:
@@ -282,7 +305,7 @@ def odenet64(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1
                              lambda c: ODEBlock(ODEFunc(c, norm=norm), integrator))
 
 
-@MODELS.register("anode")
+@MODELS.register("anode", check=check_ode_options)
 def anode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
           augment_channels: int = 16, solver: str = "euler", steps: int = 16, T: float = 1.0,
           adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
@@ -292,15 +315,13 @@ def anode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
     Options: ``augment_channels`` (k >= 1 extra channels, not scaled by width; paper A's Table 7
     uses 16 (default) and 64), and odenet64's."""
     augment = augment_channels
-    if not isinstance(augment, int) or augment < 1:
-        raise ValueError(f"option 'augment_channels' (zero channels) must be a positive "
-                         f"integer; got {augment!r}")
+    _check_augment(augment)
     integrator = _solver(solver, steps, T, adjoint, rtol, atol)
     return _single_block_net("anode", input_shape, num_classes, width, norm,
                              lambda c: ODEBlock(ODEFunc(c, norm=norm), integrator), augment)
 
 
-@MODELS.register("sonode")
+@MODELS.register("sonode", check=check_ode_options)
 def sonode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            solver: str = "euler", steps: int = 16, T: float = 1.0, adjoint: bool = False,
            norm: str = "batch", rtol: float = 1e-3, atol: float = 1e-3) -> StagedNet:
@@ -311,7 +332,7 @@ def sonode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
                              lambda c: SecondOrderBlock(SONODEField(c, norm), integrator))
 
 
-@MODELS.register("hbnode")
+@MODELS.register("hbnode", check=check_ode_options)
 def hbnode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            gamma_init: float = -3.0, solver: str = "euler", steps: int = 16, T: float = 1.0,
            adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,

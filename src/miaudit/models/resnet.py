@@ -16,6 +16,7 @@ from miaudit.models._base import scaled
 from miaudit.models.staged import (
     StagedNet,
     check_norm,
+    check_stem_stride,
     cifar_stem,
     conv3x3,
     image_channels,
@@ -44,7 +45,15 @@ class ResBlock(nn.Module):
         return x + self.residual(x)
 
 
-@MODELS.register("resnet14")
+def check_resnet14(*, norm: str, blocks: int, stem_stride: int) -> None:
+    """resnet14's option values (the config checks them too, before any data is loaded)."""
+    check_norm(norm)
+    if not isinstance(blocks, int) or blocks < 1:
+        raise ValueError(f"option 'blocks' must be a positive integer; got {blocks!r}")
+    check_stem_stride(stem_stride)
+
+
+@MODELS.register("resnet14", check=check_resnet14)
 def resnet14(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
              norm: str = "batch", blocks: int = 3, stem_stride: int = 2) -> StagedNet:
     """ResNet-14 of the neural-ODE MI study: 3 groups x 3 pre-activation blocks at 32/64/128.
@@ -52,9 +61,7 @@ def resnet14(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1
     Options: ``norm`` batch | group | none (group for DP-SGD: Opacus rejects BatchNorm);
     ``blocks`` residual blocks per group (3 = ResNet-14); ``stem_stride`` 2 (paper) or 1."""
     cin = image_channels(input_shape, "resnet14")
-    check_norm(norm)
-    if not isinstance(blocks, int) or blocks < 1:
-        raise ValueError(f"option 'blocks' must be a positive integer; got {blocks!r}")
+    check_resnet14(norm=norm, blocks=blocks, stem_stride=stem_stride)
     widths = [scaled(c, width) for c in (32, 64, 128)]
     stem = cifar_stem(cin, widths[0], norm, stem_stride)
     return staged_layout(cin, widths,

@@ -72,6 +72,7 @@ from miaudit.models.ode import ODEFunc, odenet_widths
 from miaudit.models.staged import (
     StagedNet,
     check_norm,
+    check_stem_stride,
     cifar_stem,
     image_channels,
     staged_layout,
@@ -290,7 +291,28 @@ def sde_block(channels: int, schedule: NoiseSchedule, norm: str = "batch",
                     stochastic)
 
 
-@MODELS.register("sdenet")
+def check_sdenet(*, k: float | None, sigma: float | None, T: float, steps: int, stepper: str,
+                 convention: str, blocks: int, n_sde_blocks: int | None, norm: str,
+                 ode_norm: str | None, spectral_norm: bool, stem_stride: int,
+                 **unchecked: object) -> tuple[NoiseSchedule, str, int]:
+    """sdenet's option values (the config checks them before any data is loaded): its noise
+    schedule, the drift's norm and the number of stochastic blocks."""
+    check_norm(norm)
+    ode_norm = ("none" if spectral_norm else norm) if ode_norm is None else ode_norm
+    check_norm(ode_norm, "ode_norm")
+    if blocks not in (1, 2, 3):
+        raise ValueError(f"option 'blocks' (SDE blocks per group) must be 1, 2 or 3; "
+                         f"got {blocks!r}")
+    total = 3 * blocks
+    n_sde = total if n_sde_blocks is None else n_sde_blocks
+    if not isinstance(n_sde, int) or not 0 <= n_sde <= total:
+        raise ValueError(f"option 'n_sde_blocks' must be an integer in 0..{total}; "
+                         f"got {n_sde_blocks!r}")
+    check_stem_stride(stem_stride)
+    return noise_schedule(k, sigma, T, steps, stepper, convention), ode_norm, n_sde
+
+
+@MODELS.register("sdenet", check=check_sdenet)
 def sdenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
            k: float | None = None, sigma: float | None = None, T: float = 1.0, steps: int = 16,
            stepper: str = "srk4", convention: str = DEFAULT_CONVENTION, blocks: int = 1,
@@ -309,18 +331,11 @@ def sdenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
     none with ``spectral_norm``), ``spectral_norm`` (Lipschitz-bounded drift), ``stem_stride``
     2 (paper) or 1."""
     cin = image_channels(input_shape, "sdenet")
-    check_norm(norm)
-    ode_norm = ("none" if spectral_norm else norm) if ode_norm is None else ode_norm
-    check_norm(ode_norm, "ode_norm")
-    if blocks not in (1, 2, 3):
-        raise ValueError(f"option 'blocks' (SDE blocks per group) must be 1, 2 or 3; "
-                         f"got {blocks!r}")
+    schedule, ode_norm, n_sde = check_sdenet(
+        k=k, sigma=sigma, T=T, steps=steps, stepper=stepper, convention=convention,
+        blocks=blocks, n_sde_blocks=n_sde_blocks, norm=norm, ode_norm=ode_norm,
+        spectral_norm=spectral_norm, stem_stride=stem_stride)
     total = 3 * blocks
-    n_sde = total if n_sde_blocks is None else n_sde_blocks
-    if not isinstance(n_sde, int) or not 0 <= n_sde <= total:
-        raise ValueError(f"option 'n_sde_blocks' must be an integer in 0..{total}; "
-                         f"got {n_sde_blocks!r}")
-    schedule = noise_schedule(k, sigma, T, steps, stepper, convention)
     widths = odenet_widths(width)
     made = iter(range(total))
 

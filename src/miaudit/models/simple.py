@@ -32,16 +32,21 @@ def small_cnn(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
     return nn.Sequential(*layers)
 
 
-@MODELS.register("mlp")
-def mlp(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
-        hidden: tuple[int, ...] = (256, 128), dropout: float = 0.0) -> nn.Module:
-    """Fully connected net with Tanh hidden layers (Shokri et al. 2017's tabular models)."""
+def check_mlp(*, hidden: tuple[int, ...], dropout: float) -> None:
+    """mlp's option values (the config checks them before any data is loaded)."""
     if isinstance(hidden, (str, bytes)) or not all(
             isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in hidden):
         raise ValueError(f"mlp option 'hidden' must be a list of positive layer sizes, got "
                          f"{hidden!r}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"mlp option 'dropout' must be in [0, 1), got {dropout!r}")
+
+
+@MODELS.register("mlp", check=check_mlp)
+def mlp(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+        hidden: tuple[int, ...] = (256, 128), dropout: float = 0.0) -> nn.Module:
+    """Fully connected net with Tanh hidden layers (Shokri et al. 2017's tabular models)."""
+    check_mlp(hidden=hidden, dropout=dropout)
     features = 1
     for size in input_shape:
         features *= size

@@ -162,9 +162,7 @@ class SpikingNet(nn.Module):
 
     @T.setter
     def T(self, steps: int) -> None:
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-            raise ValueError(f"T (latency, time steps) must be an integer >= 1, got {steps!r}")
-        steps = int(steps)
+        steps = check_latency(steps)
         self._T = steps
         for unit in self.neurons():
             unit.T = steps if self._spiking else 1
@@ -199,6 +197,12 @@ class SpikingNet(nn.Module):
 
 
 READOUTS = ("mean", "membrane")
+
+
+def check_latency(steps: int) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise ValueError(f"T (latency, time steps) must be an integer >= 1, got {steps!r}")
+    return int(steps)
 
 
 def check_readout(readout: str) -> str:
@@ -280,7 +284,15 @@ def _check(neuron: str, alpha: float) -> None:
         raise ValueError(f"surrogate_alpha must be positive, got {alpha}")
 
 
-@MODELS.register("snn_resnet18")
+def check_snn(*, T: int, neuron: str, surrogate_alpha: float, readout: str) -> None:
+    """The spiking models' option values (the config checks them before any data is
+    loaded; the constructors check each where it is used)."""
+    check_latency(T)
+    _check(neuron, surrogate_alpha)
+    check_readout(readout)
+
+
+@MODELS.register("snn_resnet18", check=check_snn)
 def snn_resnet18(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
                  T: int = 4, neuron: str = "if", surrogate_alpha: float = 2.0,
                  readout: str = "mean") -> SpikingNet:
@@ -291,7 +303,7 @@ def snn_resnet18(*, input_shape: tuple[int, ...], num_classes: int, width: float
     return SpikingNet(features, T=T, neuron=neuron, readout=readout)
 
 
-@MODELS.register("snn_cnn")
+@MODELS.register("snn_cnn", check=check_snn)
 def snn_cnn(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0, T: int = 4,
             neuron: str = "if", surrogate_alpha: float = 2.0,
             readout: str = "mean") -> SpikingNet:
