@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from miaudit.errors import ConfigError
 from miaudit.registry import QUERIES, parse_spec
 from miaudit.training.augment import shift
 
@@ -148,12 +149,12 @@ def build_query(spec: str) -> Query:
 
 
 def check_fits(spec: str, height: int, width: int) -> None:
-    """Raise ValueError when the query's shift does not fit images of this size (reflect
+    """Raise ConfigError when the query's shift does not fit images of this size (reflect
     padding needs a shift smaller than the image's height and width)."""
     query = build_query(spec)
     largest = max(abs(query.dx), abs(query.dy))
     if largest >= min(height, width):
-        raise ValueError(f"query {spec!r} shifts by {largest} pixels, but the images are "
+        raise ConfigError(f"queries: query {spec!r} shifts by {largest} pixels, but the images are "
                          f"{height}x{width}; shift by less than {min(height, width)}")
 
 

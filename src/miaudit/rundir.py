@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.errors import RunDirError, RunLockedError
+from miaudit.errors import ConfigError, RunDirError, RunLockedError
 from miaudit.io import (
     TMP_SUFFIX,
     copy_file,
@@ -301,14 +301,14 @@ def scores_name(attack_label: str) -> str:
 
 
 def check_scores_names(labels: list[str]) -> None:
-    """Raise ValueError when two attack labels would share one scores file (``scores_name``
+    """Raise ConfigError when two attack labels would share one scores file (``scores_name``
     folds characters, and case on case-insensitive file systems): the second file would
     replace the first, and the report would read one attack's scores for the other."""
     seen: dict[str, str] = {}
     for label in labels:
         file = scores_name(label).lower()
         if file in seen:
-            raise ValueError(f"attack labels {seen[file]!r} and {label!r} both save their scores "
+            raise ConfigError(f"attack labels {seen[file]!r} and {label!r} both save their scores "
                              f"as {scores_name(label)}; give one a label that differs in a "
                              "letter or digit")
         seen[file] = label

@@ -233,10 +233,7 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
     labels = [attack_label(spec)[0] for spec in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"attack labels must be distinct, got {labels}")
-    try:
-        check_scores_names(labels)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
+    check_scores_names(labels)
     for index, spec in enumerate(specs):  # option errors before any work
         attack = build_attack(spec, f"attacks[{index}]")
         if outputs.modality not in attack.modalities:

@@ -90,7 +90,7 @@ def make_pool(splits: DataSplits, which: str, size: int | None, seed: int) -> Po
         "test": splits.texts[len(splits.x_train):]}[which]
     if size is not None:
         if size > len(y):
-            raise ValueError(f"pool_size {size} exceeds the {len(y)} samples of pool {which!r}")
+            raise DataError(f"pool_size {size} exceeds the {len(y)} samples of pool {which!r}")
         chosen = np.sort(np.random.default_rng(seed).permutation(len(y))[:size])
         index = torch.from_numpy(chosen)
         x, y = x[index], y[index]

@@ -188,7 +188,8 @@ class Setup:
 def prepare(cfg: DPAuditConfig) -> Setup:
     """Load the data, draw the canaries and build model and recipe once, so that every option
     is checked before any training starts."""
-    splits = DATASETS.build(cfg.data.name, data_dir=cfg.data.data_dir, **cfg.data.options)
+    splits = DATASETS.create(cfg.data.name, {"data_dir": cfg.data.data_dir, **cfg.data.options},
+                             where=f"data set {cfg.data.name!r}")
     canaries = make_canaries(splits.x_train, splits.y_train, cfg.canaries, cfg.canary_kind,
                              splits.num_classes, cfg.seed)
     pool = Pool(splits.x_train, splits.y_train, splits.num_classes, list(splits.class_names))

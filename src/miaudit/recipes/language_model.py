@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from miaudit.errors import ConfigError
 from miaudit.registry import RECIPES
 from miaudit.training.engine import FitState, Penalty, Recipe, make_optimizer
 
@@ -66,7 +67,8 @@ class LoRA(LanguageModel):
         try:
             inner.lm = get_peft_model(inner.lm, config)
         except ValueError as error:  # peft: no default target modules for this architecture
-            raise ValueError(f"lora: {error}; set recipe option target_modules") from None
+            raise ConfigError(f"train.recipe_options: lora: {error}; set recipe option "
+                              "target_modules") from None
         return model
 
     def prepare(self, state: FitState) -> None:

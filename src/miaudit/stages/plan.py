@@ -80,10 +80,7 @@ def resolve_device(name: str) -> torch.device:
 def load_pool(cfg: AuditConfig) -> Pool:
     splits = DATASETS.create(cfg.data.name, {"data_dir": cfg.data.data_dir, **cfg.data.options},
                              where=f"data set {cfg.data.name!r}")
-    try:
-        return make_pool(splits, cfg.data.pool, cfg.data.pool_size, cfg.seed)
-    except ValueError as error:
-        raise DataError(str(error)) from None
+    return make_pool(splits, cfg.data.pool, cfg.data.pool_size, cfg.seed)
 
 
 def plan_audit(cfg: AuditConfig) -> Audit:
@@ -185,10 +182,7 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
             raise ConfigError(f"queries: {spec!r} needs image inputs, but data set "
                               f"{cfg.data.name!r} is tabular; use identity or dropout")
         if pool.is_image:
-            try:
-                check_fits(spec, *pool.x.shape[-2:])
-            except ValueError as error:
-                raise ConfigError(f"queries: {error}") from None
+            check_fits(spec, *pool.x.shape[-2:])
     needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
                                 len(cfg.queries), pool.num_classes)
     available = physical_memory_bytes()
