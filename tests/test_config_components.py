@@ -139,3 +139,17 @@ def test_attacks_must_derive_from_the_attack_base(monkeypatch):
     with pytest.raises(ConfigError, match=r"attacks\[0\] 'duck' built a object; it must derive "
                                           "from miaudit.attacks._base.Attack"):
         build_attack("duck", "attacks[0]")
+
+
+def test_messages_show_a_configured_spec_as_written():
+    import numpy as np
+
+    from miaudit.stages.score import apply_output_defense
+
+    cfg = validate_config({"output_defense": {"name": "memguard"},
+                           "data": {"holdout_size": 0.1}})
+    logits = np.zeros((1, 4, 2, 3), dtype=np.float32)
+    keep = np.array([[True, True, False, False]])
+    with pytest.raises(ConfigError, match=r"output defense \{'name': 'memguard'\} may change"):
+        apply_output_defense(logits, cfg.output_defense, np.zeros(4, dtype=np.int64), keep,
+                             np.zeros(0, dtype=np.int64), ["identity", "boundary:budget=10"])

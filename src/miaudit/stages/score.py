@@ -19,6 +19,7 @@ from miaudit.planning import Plan
 from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.rundir import RunDir, scores_name
 from miaudit.scoring import accuracy_stats, score_attacks
+from miaudit.specs import parse_component
 from miaudit.stages.evaluate import Evaluated
 from miaudit.stages.plan import Audit
 from miaudit.stages.query import query_key
@@ -60,14 +61,15 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep
     """Replace every model's released outputs by the defended ones (in place). Each model's
     defender knows its own training set (its keep row) and the holdout set, never the
     evaluated non-members. Boundary-distance columns stay: they are no released vector."""
-    defense = build_output_defense(spec)
+    component = parse_component(spec)
+    defense = build_output_defense(component)
     reference = np.zeros(keep.shape[1], dtype=bool)
     reference[holdout] = True
     kept = protect_decision_columns(query_names)
     if kept.size and not defense.preserves_labels:
         raise ConfigError("boundary queries measure the undefended model's decision boundary; "
-                          f"output defense {spec!r} may change labels, so drop the boundary "
-                          "queries or use memguard_label_only")
+                          f"output defense {component.written!r} may change labels, so drop "
+                          "the boundary queries or use memguard_label_only")
     for index in range(len(keep)):
         original = logits[index][:, kept].copy()
         logits[index] = defense.apply(logits[index], labels, keep[index],
