@@ -153,3 +153,13 @@ def test_messages_show_a_configured_spec_as_written():
     with pytest.raises(ConfigError, match=r"output defense \{'name': 'memguard'\} may change"):
         apply_output_defense(logits, cfg.output_defense, np.zeros(4, dtype=np.int64), keep,
                              np.zeros(0, dtype=np.int64), ["identity", "boundary:budget=10"])
+
+
+def test_a_component_stands_for_its_spec_as_written():
+    cfg = validate_config({"attacks": ["loss", "lira:offline=true", {"name": "rmia"}]})
+    loss, lira, rmia = cfg.attacks
+    assert loss == "loss" and "lira:offline=true" in cfg.attacks and rmia == {"name": "rmia"}
+    assert {loss, lira} == {"loss", "lira:offline=true"} and str(lira) == "lira:offline=true"
+    assert loss != "lira" and lira != {"name": "lira", "offline": True}
+    with pytest.raises(TypeError):  # unhashable, as the dict it was written as
+        hash(rmia)

@@ -2,8 +2,9 @@
 and queries. Each build checks the options against the constructor's signature first, then
 calls it through :meth:`Registry.create`, the one place where a ValueError raised inside a
 constructor (how constructors reject an option value) becomes a ConfigError naming the config
-field. Each builder also checks that the result derives from its kind's base class, whose
-class attributes say what the component needs (no probing with ``getattr``).
+field. The builders of recipes, attacks, output defenses and queries also check that the
+result derives from its kind's base class, whose class attributes say what the component
+needs (nothing is probed with ``getattr``).
 
 The builders take a spec as written or as the config holds it (a parsed
 :class:`~miaudit.specs.Component`); this module knows no config class.

@@ -30,10 +30,16 @@ class Component:
     label: str
     written: Spec = field(repr=False)
 
+    # a parsed spec stands for the spec as written: equal to it, hashed and printed like it
+    # (``"lira" in cfg.attacks`` holds; a mapping spec is unhashable, as a dict is)
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Component) and self.written == other.written
+        return self.written == (other.written if isinstance(other, Component) else other)
 
-    __hash__ = None  # type: ignore[assignment]  # a dict spec is unhashable
+    def __hash__(self) -> int:
+        return hash(self.written)
+
+    def __str__(self) -> str:
+        return str(self.written)
 
 
 def parse_component(spec: Spec | Component) -> Component:
