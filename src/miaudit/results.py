@@ -180,6 +180,11 @@ class AttackRecord(Record):
     def auc(self) -> float:
         return float(self.pooled["auc"])
 
+    @property
+    def ci_method(self) -> str | None:
+        """What the pooled intervals cover; None in results written before issue 23."""
+        return self.pooled.get("ci_method")
+
 
 class Summary(Record):
     """The contents of results.json (without its digest)."""

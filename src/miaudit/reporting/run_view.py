@@ -229,9 +229,9 @@ class RunView:
     @property
     def interval_method(self) -> str:
         """What the pooled intervals cover (results.json's ``ci_method``)."""
-        first = next(iter(self.attacks.values())).record.pooled
-        return str(first.get("ci_method", "exact Clopper-Pearson, conditional on these "
-                                          "trained models (results written before issue 23)"))
+        method = next(iter(self.attacks.values())).record.ci_method
+        return method or ("exact Clopper-Pearson, conditional on these trained models "
+                          "(results written before issue 23)")
 
     @property
     def accuracy(self) -> Accuracy:
