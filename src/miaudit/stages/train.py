@@ -68,19 +68,20 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
         device = str(train_device(planned.cfg, planned.device))
         callback = on_epoch if local else None
 
-        def train_parents(parents: list[ModelJob], save: Any) -> None:
+        def train_parents(parents: list[tuple[ModelJob, Any]], save: Any) -> None:
             def on_parent(job: Job, result: Any, seconds: float) -> None:
                 save(job.payload[0], *result)
                 bar.remove_task(tasks.pop(job.index))
 
-            pool.run([Job(p.index, (p, *shared, device, callback, None)) for p in parents],
-                     run_model_job, on_parent, on_start)
+            pool.run([Job(p.index, (p, *shared, device, callback, state))
+                      for p, state in parents], run_model_job, on_parent, on_start)
 
         try:
-            parents, trained = obtain_parents(run, cache, todo, train_parents)
+            parents, trained = obtain_parents(run, cache, todo, train_parents,
+                                              say=lambda line: console.print(escape(line)))
             if parents:
-                console.print(f"derived models start from {len(parents)} parent model(s), "
-                              f"{trained} of them trained now, the rest reused")
+                console.print(f"derived models start from {len(parents)} parent model(s); "
+                              f"{trained} parent model(s) trained now, the rest reused")
             jobs = [Job(job.index, (job, *shared, device, callback,
                                     parents.get(job.parent.identity) if job.parent else None))
                     for job in todo]
