@@ -164,3 +164,21 @@ def test_models_without_a_parent_keep_their_identities():
         assert jobs[0].parent is None
         assert [jobs[0].identity, jobs[3].identity] == [
             "f5d23725a1abbc4b843a4a4d0c205a44", "1b6db49e8165b7f89859bc48263ba44e"]
+
+
+def test_derived_models_start_from_their_parents_under_the_ensemble_trainer(tmp_path,
+                                                                           monkeypatch):
+    """``train.ensemble`` > 1 trains derived models one by one: from their parents too."""
+    stages: list[tuple[int, tuple[str, ...], bool]] = []
+    real = modeljob.train_model
+
+    def recording(job, *args, **kwargs):
+        state, meta = real(job, *args, **kwargs)
+        if job.model.name == "snn_cnn":
+            stages.append((job.model.options["T"], tuple(meta["log"]["stage"]),
+                           "parent" in meta))
+        return state, meta
+
+    monkeypatch.setattr(modeljob, "train_model", recording)
+    audit(_with(SNN, output_dir=str(tmp_path), train={"ensemble": 2}), show_progress=False)
+    assert sorted(stages) == [(1, ("T1",), True)] * 4 + [(2, ("T2",), True)] * 4

@@ -144,7 +144,9 @@ def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any
     modeljob.train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
                    train_device(planned.cfg, planned.device), size=planned.cfg.train.ensemble,
                    on_done=lambda model_job, state, meta: on_done(
-                       by_index[model_job.index], (state, meta), 0.0))
+                       by_index[model_job.index], (state, meta), 0.0),
+                   parent_states={job.payload[0].parent.identity: job.payload[-1]
+                                  for job in jobs if job.payload[0].parent is not None})
 
 
 def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
