@@ -523,6 +523,16 @@ def test_location30_from_tgz(tmp_path):
     assert not torch.equal(other.x_test, splits.x_test)
 
 
+def test_location30_tarball_read_is_capped(tmp_path, monkeypatch):
+    # a member larger than the cap is refused from its header, before anything is read
+    import miaudit.data.location as location
+
+    write_location(tmp_path / "dataset_location.tgz", location_rows(12))
+    monkeypatch.setattr(location, "MAX_DECOMPRESSED_BYTES", 1000)  # the 12 rows take ~10 kB
+    with pytest.raises(DataError, match="decompression bomb"):
+        DATASETS.build("location30", data_dir=tmp_path, cache=False)
+
+
 def test_location30_errors(tmp_path):
     with pytest.raises(DataError, match="expected dataset_location.tgz"):
         DATASETS.build("location30", data_dir=tmp_path)
