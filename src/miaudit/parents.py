@@ -41,19 +41,18 @@ State = dict[str, torch.Tensor]
 def parent_configs(model_cfg: ModelConfig,
                    train_cfg: TrainConfig) -> tuple[ModelConfig, TrainConfig] | None:
     """The parent's architecture and training as audit config sections (validated like any),
-    or None when the recipe trains everything itself."""
+    or None when the recipe trains everything itself. A ``same_training`` parent keeps the
+    whole train section, so its identity is the one an audit of that model would give it."""
     spec = build_recipe(train_cfg).parent(model_cfg.name, dict(model_cfg.options))
     if spec is None:
         return None
-    if spec.same_training:  # an earlier stage of the same recipe: trained exactly as a model
-        model = ModelConfig(name=spec.model, width=model_cfg.width,
-                            options=dict(spec.model_options))
-        if model == model_cfg:
-            raise ConfigError(f"recipe {train_cfg.recipe!r} names model {model_cfg.name!r} "
-                             "with the same options as its own parent")
-        return model, train_cfg
     model = ModelConfig(name=spec.model, width=model_cfg.width,
                         options=dict(spec.model_options))
+    if spec.same_training:  # an earlier stage of the same recipe, e.g. the SNN at T - 1
+        if model == model_cfg:
+            raise ConfigError(f"recipe {train_cfg.recipe!r} names model {model_cfg.name!r} "
+                              "with the same options as its own parent")
+        return model, train_cfg
     train = TrainConfig.model_validate({
         **train_cfg.model_dump(exclude={"ensemble"}), "recipe": spec.recipe,
         "recipe_options": dict(spec.recipe_options),
@@ -127,9 +126,11 @@ def obtain_parents(run: RunDir, cache: ModelCache | None, jobs: Iterable[Any], t
         if missing:
             train([(parent, None if parent.parent is None else states[parent.parent.identity])
                    for parent in missing], on_done)
-        if depth + 1 < len(levels):  # the level below is no longer needed: free its weights
+        if depth + 1 < len(levels):  # free the weights of the level below, now used
+            shallower = {parent.identity for wanted, _ in levels[:depth] for parent in wanted}
             for parent in levels[depth + 1][0]:
-                states.pop(parent.identity, None)
+                if parent.identity not in shallower:
+                    states.pop(parent.identity, None)
     return states, sum(len(missing) for _, missing in levels)
 
 
