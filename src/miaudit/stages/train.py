@@ -81,7 +81,7 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
                                               say=lambda line: console.print(escape(line)))
             if parents:
                 console.print(f"derived models start from {len(parents)} parent model(s); "
-                              f"{trained} parent model(s) trained now, the rest reused")
+                              f"{trained} model(s) trained for them now (at any depth)")
             jobs = [Job(job.index, (job, *shared, device, callback,
                                     parents.get(job.parent.identity) if job.parent else None))
                     for job in todo]
