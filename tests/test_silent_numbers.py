@@ -222,6 +222,17 @@ def test_too_few_non_members_for_any_fpr_level_is_said(tmp_path):
     assert caveat.startswith(f"only {4 * audited // 2} non-members in all")
 
 
+def test_an_attack_caveat_keeps_the_too_few_non_members_caveat(tmp_path):
+    """Before: LiRA's own caveat (per-example variance under 64 references) replaced the
+    too-few-non-members caveat instead of joining it."""
+    config = tiny_audit(tmp_path, attacks=["lira"], data={
+        "name": "synthetic", "options": {"n_train": 8, "n_test": 4, "shape": [16],
+                                         "num_classes": 2}})
+    results = pipeline.audit(validate_config(config), show_progress=False)
+    resolution, variance = results.attacks["lira"].caveats
+    assert resolution.startswith("only ") and "reference models" in variance
+
+
 @pytest.mark.parametrize("milestones", [[2.0, -1], [0.75, 0.5], [0.5, 1.0]])
 def test_milestones_outside_training_are_refused(milestones):
     from miaudit.errors import ConfigError

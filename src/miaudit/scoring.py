@@ -50,8 +50,8 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
             attacks[label]["pooled"], replicates[label], resamples.method)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
-        if caveats := attack.caveats(len(references(targets[0]))):
-            attacks[label]["caveats"] = caveats
+        if caveats := attack.caveats(len(references(targets[0]))):  # beside the resolution one
+            attacks[label]["caveats"] = [*attacks[label].get("caveats", []), *caveats]
         if folder is not None:
             write_array(folder / scores_name(label), scores)
         if kept is not None:
