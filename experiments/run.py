@@ -1,11 +1,13 @@
 """Run the committed experiments and collect their outputs.
 
-    python experiments/run.py digits_default            # one experiment
+    python experiments/run.py papers/C/rotation          # one experiment (or C/rotation)
     python experiments/run.py --list
-    python experiments/run.py paper_a_headline --data-dir DATA --set model.width=1  # GPU scale
-    python experiments/run.py paper_a_headline --only 5_sdenet_sigma2  # one config, same summary
+    python experiments/run.py papers/A/headline --data-dir DATA --set model.width=1  # GPU scale
+    python experiments/run.py A/headline --only 5_sdenet_sigma2  # one config, same summary
 
-Each experiment is a folder with one or more ``*.yaml`` audit configs. The audits run with the
+Each experiment is a folder with one or more ``*.yaml`` audit configs, named by its path under
+``experiments/`` (``papers/<paper>/<study>``, ``archive/<name>``; ``papers/`` may be left
+out). The audits run with the
 normal pipeline (run directories under ``runs/experiments``, resumable), then ``results.json``,
 ``roc.png`` and a ``summary.md`` table are copied into the experiment's ``outputs/`` folder,
 which is committed. Pass ``--data-dir`` for data sets that need one (CIFAR-10 copy).
@@ -116,16 +118,31 @@ def main() -> None:
                         help="run only this config (repeatable); the summary keeps the others' "
                              "committed rows")
     args = parser.parse_args()
-    available = sorted(p.name for p in HERE.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    available = experiments()
     if args.list or not args.names:
         print("\n".join(available))
         return
-    for name in args.names:
-        if name not in available:
-            raise SystemExit(f"unknown experiment {name!r}; available: {', '.join(available)}")
+    for given in args.names:
+        name = resolve(given, available)
         print(json.dumps({"experiment": name, "outputs": str(run_experiment(
             name, args.data_dir, args.device, args.threads, parse_sets(args.sets),
             args.only))}))
+
+
+def experiments() -> list[str]:
+    """Every experiment: the folders under ``experiments/`` that hold audit configs."""
+    return sorted({str(path.parent.relative_to(HERE)) for path in HERE.glob("**/*.yaml")
+                   if "outputs" not in path.parts and path.parent != HERE})
+
+
+def resolve(given: str, available: list[str]) -> str:
+    """An experiment's name as given (``papers/C/rotation``, ``C/rotation``, a trailing slash
+    or an ``experiments/`` prefix allowed), or exit naming the available ones."""
+    name = given.strip("/").removeprefix("experiments/")
+    for candidate in (name, f"papers/{name}"):
+        if candidate in available:
+            return candidate
+    raise SystemExit(f"unknown experiment {given!r}; available: {', '.join(available)}")
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
