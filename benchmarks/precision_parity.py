@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import yaml
+from record import recorded
 
 HEADLINE = Path(__file__).resolve().parents[1] / "experiments" / "papers" / "A" / "headline"
 CONFIGS = {"resnet14": "1_resnet14.yaml", "odenet": "2_odenet.yaml"}
@@ -119,4 +120,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()
