@@ -31,6 +31,19 @@ from miaudit.report import model_line, privacy_line
 from miaudit.reporting import compare_markdown
 
 HERE = Path(__file__).resolve().parent
+#: The flat names before experiments/ was laid out by paper (issue 24): where each went.
+MOVED = {
+    "cifar10_small": "archive/cifar10_small", "defenses": "archive/defenses",
+    "defenses_cifar10": "archive/defenses_cifar10", "demem": "archive/demem",
+    "digits_default": "archive/digits_default", "dp_study": "archive/dp_study",
+    "fidelity_before_after": "archive/fidelity_before_after", "ode_study": "archive/ode_study",
+    "paper_a_blocks_solvers": "papers/A/blocks_solvers", "paper_a_defenses": "papers/A/defenses",
+    "paper_a_floor": "papers/A/floor", "paper_a_headline": "papers/A/headline",
+    "paper_a_replace_finetune": "papers/A/replace_finetune", "paper_a_seeds": "papers/A/seeds",
+    "paper_a_variants": "papers/A/variants", "paper_b_demem": "papers/B/pgd_at_demem",
+    "paper_b_fast_at": "papers/B/fast_at", "paper_b_memorization": "papers/B/memorization",
+    "paper_c_rotation": "papers/C/rotation", "paper_c_snn": "archive/paper_c_snn",
+    "snn_study": "archive/snn_study"}
 
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
@@ -142,6 +155,8 @@ def resolve(given: str, available: list[str]) -> str:
     for candidate in (name, f"papers/{name}"):
         if candidate in available:
             return candidate
+    if name in MOVED:
+        raise SystemExit(f"experiment {given!r} moved to {MOVED[name]!r}: run.py {MOVED[name]}")
     raise SystemExit(f"unknown experiment {given!r}; available: {', '.join(available)}")
 
 
