@@ -69,7 +69,9 @@ def test_every_claim_names_known_rows_and_every_row_an_existing_config():
         config = ROOT / "experiments" / row.experiment / f"{row.stem}.yaml"
         assert (ROOT / "experiments" / row.experiment).is_dir(), row
         # a planned row's config is not committed yet; once it is, drop `planned`
-        assert config.is_file() != row.planned, row
+        assert config.is_file() != row.planned, (
+            f"{row.label}: {config.name} is committed: drop `planned` in claims.yaml"
+            if row.planned else f"{row.label}: no config {config}")
 
 
 def test_the_data_file_names_existing_experiments_and_matches_the_queue():
