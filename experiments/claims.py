@@ -154,7 +154,12 @@ def load_data(path: Path = DATA) -> tuple[dict[str, float], list[str], dict[str,
     by_label = {row.label: row for row in rows}
     if len(by_label) != len(rows):
         raise ValueError(f"{DATA.name}: row labels must be unique")
-    return floors, list(data["queue"]), by_label, [parse_claim(c) for c in data["claims"]]
+    claims = [parse_claim(entry) for entry in data["claims"]]
+    for claim in claims:
+        if not {claim.high, claim.low} - {""} <= set(by_label):
+            raise ValueError(f"{DATA.name}: claim {claim.source!r} names a row that is not in "
+                             f"rows: {claim.high!r} / {claim.low!r}")
+    return floors, list(data["queue"]), by_label, claims
 
 
 FLOORS, QUEUE, ROWS, CLAIMS = load_data()

@@ -92,12 +92,22 @@ def test_the_data_file_names_existing_experiments_and_matches_the_queue():
     assert list(claims.FLOORS) == ["ResNet-14", "ODE/SDE", "SNN/ANN twin", "adversarial"]
 
 
-def test_the_data_file_refuses_an_unknown_key(tmp_path):
+def _typo_in_a_row(data):
+    data["rows"]["A"][0]["papr"] = {"auc": 0.6}  # must not silently drop the numbers
+
+
+def _typo_in_a_claim(data):
+    data["claims"][0]["high"] = "ResNet14"
+
+
+@pytest.mark.parametrize(("typo", "message"), [(_typo_in_a_row, "papr"),
+                                               (_typo_in_a_claim, "names a row")])
+def test_the_data_file_refuses_a_typo(tmp_path, typo, message):
     data = yaml.safe_load(claims.DATA.read_text())
-    data["rows"]["A"][0]["papr"] = {"auc": 0.6}  # a typo must not silently drop the numbers
+    typo(data)
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match="papr"):
+    with pytest.raises(ValueError, match=message):
         claims.load_data(path)
 
 
