@@ -136,13 +136,16 @@ def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -
 def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.device,
                    size: int = 8, progress: Any = None,
                    on_done: Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], None]
-                   | None = None) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+                   | None = None, parent_states: dict[str, dict[str, torch.Tensor]] | None = None
+                   ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
     """Train the audit's ``ModelJob``s, ``size`` at a time where they can share one
     vectorized run (same architecture and recipe, standard recipe without penalties, equal
     member counts, a supported model), the rest one by one with :func:`train_model`.
     Returns, per job and in order, what :func:`train_model` returns: (CPU state dict,
     JSON-able meta). ``on_done(job, state, meta)`` is called as each model finishes (so the
-    train stage can save it at once and a killed run loses at most one chunk)."""
+    train stage can save it at once and a killed run loses at most one chunk). Derived models
+    start from their parent's weights in ``parent_states`` (by identity) when given there."""
+    parent_states = parent_states or {}
     results: dict[int, tuple[dict[str, torch.Tensor], dict[str, Any]]] = {}
 
     def finish(job: Any, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -157,7 +160,8 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
             key = (job.model.model_dump_json(), job.train.model_dump_json(), member_count)
             groups.setdefault(key, []).append(job)
         else:
-            finish(job, *train_model(job, pool, plan, device, progress))
+            finish(job, *train_model(job, pool, plan, device, progress, parent_states.get(
+                job.parent.identity) if job.parent is not None else None))
     for group in groups.values():
         for start in range(0, len(group), size):
             chunk = group[start : start + size]

@@ -7,6 +7,15 @@ thresholds, calibrates it with surrogate gradients at T = 1 and then at T = 2, .
 each stage starting from a copy of the previous one. The saved weights therefore load into a
 freshly built registry model (``architecture`` only switches spiking on).
 
+Stages shared between latencies are trained once (:mod:`miaudit.parents`): at T = 1 the parent
+is the ReLU twin (the "ann" stage, trained by the standard recipe); at T > 1 it is the same
+spiking model at T - 1 trained by this recipe with the same options, whose own parent is the
+model at T - 2, down to the ANN. ``train_from_parent`` then runs only the last stage ("T1"
+after conversion, or "T<T>" from the T - 1 weights, thresholds included). So the family
+T = 1, 2, 4 trains the ANN, T1, T2, T3 and T4 stages once each, and a T = 1 audit's models are
+the parents a T = 2 audit of the same settings fetches from the model cache. Each stage keeps
+its seed (the run's seed + stage number), so chained training is bit-identical to ``train``.
+
 ``snn_direct``: direct training from scratch (Mukhoty et al. 2023: LIF neurons, surrogate
 gradient) at the model's T. That is the standard loop applied to a spiking model
 (``snn_cnn:neuron=lif,T=4``); the recipe only checks that the model spikes.
@@ -15,6 +24,7 @@ gradient) at the model's T. That is the standard loop applied to a spiking model
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,7 +34,7 @@ from torch import nn
 
 from miaudit.models.conversion import METHODS, convert, thresholds
 from miaudit.models.snn import SpikingNet
-from miaudit.registry import RECIPES
+from miaudit.registry import MODELS, RECIPES
 from miaudit.training.engine import ParentSpec, Penalty, Recipe, TrainEnv, TrainParams, fit
 
 Log = dict[str, list[Any]]
@@ -50,6 +60,19 @@ def _spiking_net(model: nn.Module, recipe: str, neuron: str | None = None) -> Sp
                          + (f" with neuron={model.neuron!r}" if isinstance(model, SpikingNet)
                             else ""))
     return model
+
+
+def _latency(model: str, model_options: dict[str, Any]) -> int | None:
+    """The latency T the registry ``model`` is built with (its option, else the constructor's
+    default); None when it takes no integer T (the model build reports a bad value)."""
+    T = model_options.get("T")
+    if T is None:
+        try:
+            default = inspect.signature(MODELS.get(model)).parameters.get("T")
+        except (TypeError, ValueError):  # a constructor without a signature
+            return None
+        T = None if default is None else default.default
+    return T if isinstance(T, int) and not isinstance(T, bool) else None
 
 
 def _merge(log: Log, stage_log: Log, stage: str) -> None:
@@ -125,10 +148,16 @@ class AnnToSnn(Recipe):
         return stages
 
     def parent(self, model: str, model_options: dict[str, Any]) -> ParentSpec | None:
-        """The ANN stage: the registry ReLU twin (ann_cnn, ann_resnet18) trained with the
-        standard recipe, this recipe's penalties and ``ann_epochs``. It does not depend on T,
-        so the conversions at every T share it (and an ANN audit of the same family supplies
-        it). None for spiking models without a registry twin, or when ``ann_epochs`` is 0."""
+        """At T > 1: the same model at T - 1 trained by this recipe with the same settings
+        (stages ann .. T<T-1>; a T - 1 audit of the same settings supplies it). At T = 1: the
+        ANN stage, the registry ReLU twin (ann_cnn, ann_resnet18) trained with the standard
+        recipe, this recipe's penalties and ``ann_epochs``; it does not depend on T, so every
+        latency shares it (and an ANN audit of the same family supplies it). None at T = 1 for
+        spiking models without a registry twin, or when ``ann_epochs`` is 0."""
+        T = _latency(model, model_options)
+        if T is not None and T > 1:
+            return ParentSpec(model=model, model_options={**model_options, "T": T - 1},
+                              same_training=True)
         twin = RELU_TWINS.get(model)
         if twin is None or self.ann_epochs == 0:
             return None
@@ -143,12 +172,20 @@ class AnnToSnn(Recipe):
     def train_from_parent(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                           params: TrainParams, env: TrainEnv, x_val: torch.Tensor | None = None,
                           y_val: torch.Tensor | None = None) -> tuple[nn.Module, Log]:
-        """Convert and calibrate ``model``, which holds the trained ANN's weights."""
+        """The stages after the parent's (:meth:`parent`): at T = 1 ``model`` holds the trained
+        ANN's weights, converted and calibrated here; at T > 1 it holds the weights and
+        thresholds of the model trained at T - 1, and only stage "T<T>" runs."""
         net = _spiking_net(model, "ann2snn", neuron="if")
-        net.spiking = False
-        net = net.to(env.device).eval()  # as the ANN stage's fit leaves it
-        stages = self.stage_params(params, net.T)[1:]
-        return self._stages(net, stages, x, y, env, x_val, y_val, first=1)
+        if net.T == 1:
+            net.spiking = False
+            net = net.to(env.device).eval()  # as the ANN stage's fit leaves it
+            return self._stages(net, self.stage_params(params, 1)[1:], x, y, env, x_val, y_val,
+                                first=1)
+        net.spiking = True
+        self._unfreeze(net, self.learn_thresholds)  # as calibration at T - 1 left them
+        net = net.to(env.device).eval()  # as the stage at T - 1 left it
+        stage = self.stage_params(params, net.T)[-1]
+        return self._stages(net, [stage], x, y, env, x_val, y_val, first=net.T)
 
     def _stages(self, net: SpikingNet, stages: list[tuple[str, TrainParams]], x: torch.Tensor,
                 y: torch.Tensor, env: TrainEnv, x_val: torch.Tensor | None,

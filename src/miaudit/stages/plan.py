@@ -113,16 +113,28 @@ def plan_audit(cfg: AuditConfig) -> Audit:
         identity = functools.partial(
             job_identity, cfg=cfg, data=data, seed=seed, membership=plan.keep[index],
             holdout=split.holdout, device_kind=train_device(cfg, device).type)
-        parent_cfgs = parent_configs(model_cfg, train_cfg)
-        parent = None if parent_cfgs is None else ModelJob(index, *parent_cfgs, seed,
-                                                           identity(*parent_cfgs))
-        jobs.append(ModelJob(index, model_cfg, train_cfg, seed, identity(
-            model_cfg, train_cfg, parent=parent and parent.identity), parent=parent))
-    every = jobs + [job.parent for job in jobs if job.parent is not None]
+        jobs.append(model_job(index, model_cfg, train_cfg, seed, identity))
+    every = [level for job in jobs for level in chain(job)]
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in every}.values():
         build_architecture(model_cfg, train_cfg, pool)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def model_job(index: int, model_cfg: ModelConfig, train_cfg: TrainConfig, seed: int,
+              identity: Any) -> ModelJob:
+    """The job of one model and, recursively, of the parents its recipe starts from (each
+    identified as that model would be in an audit of its own: ``identity(model_cfg,
+    train_cfg, parent=...)``)."""
+    parent_cfgs = parent_configs(model_cfg, train_cfg)
+    parent = None if parent_cfgs is None else model_job(index, *parent_cfgs, seed, identity)
+    return ModelJob(index, model_cfg, train_cfg, seed, identity(
+        model_cfg, train_cfg, parent=parent and parent.identity), parent=parent)
+
+
+def chain(job: ModelJob) -> list[ModelJob]:
+    """``job`` and its parents, the nearest first."""
+    return [job] + ([] if job.parent is None else chain(job.parent))
 
 
 def job_identity(model_cfg: ModelConfig, train_cfg: TrainConfig, *, cfg: AuditConfig,

@@ -68,19 +68,20 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
         device = str(train_device(planned.cfg, planned.device))
         callback = on_epoch if local else None
 
-        def train_parents(parents: list[ModelJob], save: Any) -> None:
+        def train_parents(parents: list[tuple[ModelJob, Any]], save: Any) -> None:
             def on_parent(job: Job, result: Any, seconds: float) -> None:
                 save(job.payload[0], *result)
                 bar.remove_task(tasks.pop(job.index))
 
-            pool.run([Job(p.index, (p, *shared, device, callback, None)) for p in parents],
-                     run_model_job, on_parent, on_start)
+            pool.run([Job(p.index, (p, *shared, device, callback, state))
+                      for p, state in parents], run_model_job, on_parent, on_start)
 
         try:
-            parents, trained = obtain_parents(run, cache, todo, train_parents)
+            parents, trained = obtain_parents(run, cache, todo, train_parents,
+                                              say=lambda line: console.print(escape(line)))
             if parents:
-                console.print(f"derived models start from {len(parents)} parent model(s), "
-                              f"{trained} of them trained now, the rest reused")
+                console.print(f"derived models start from {len(parents)} parent model(s); "
+                              f"{trained} model(s) trained for them now (at any depth)")
             jobs = [Job(job.index, (job, *shared, device, callback,
                                     parents.get(job.parent.identity) if job.parent else None))
                     for job in todo]
@@ -143,7 +144,9 @@ def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any
     modeljob.train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
                    train_device(planned.cfg, planned.device), size=planned.cfg.train.ensemble,
                    on_done=lambda model_job, state, meta: on_done(
-                       by_index[model_job.index], (state, meta), 0.0))
+                       by_index[model_job.index], (state, meta), 0.0),
+                   parent_states={job.payload[0].parent.identity: job.payload[-1]
+                                  for job in jobs if job.payload[0].parent is not None})
 
 
 def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -68,7 +68,10 @@ class ParentSpec:
     derived recipe's penalties when ``penalties``). The pipeline trains that model once per
     (data, membership row, seed, settings), caches it under its own identity (so an audit that
     trained the same model, e.g. the headline family's ResNet-14, supplies it) and calls
-    :meth:`Recipe.train_from_parent`."""
+    :meth:`Recipe.train_from_parent`. With ``same_training`` the parent is trained exactly as
+    the derived model (same recipe, recipe options, epochs, penalties and precision: an earlier
+    stage of the same recipe, e.g. the SNN at latency T - 1), and ``recipe``, ``recipe_options``,
+    ``epochs`` and ``penalties`` are not used. A parent may have a parent of its own."""
 
     model: str
     model_options: dict[str, Any] = field(default_factory=dict)
@@ -76,6 +79,7 @@ class ParentSpec:
     recipe_options: dict[str, Any] = field(default_factory=dict)
     epochs: int | None = None
     penalties: bool = False
+    same_training: bool = False
 
 
 @dataclass
