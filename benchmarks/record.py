@@ -49,7 +49,7 @@ def recorded(script: str, argv: list[str] | None = None) -> Iterator[None]:
     if os.environ.get("MIAUDIT_BENCH_RECORD", "1") == "0":
         yield
         return
-    tee, real = Tee(sys.stdout), sys.stdout
+    tee, real, load_before = Tee(sys.stdout), sys.stdout, os.getloadavg()[0]
     sys.stdout = tee
     try:
         yield
@@ -58,6 +58,7 @@ def recorded(script: str, argv: list[str] | None = None) -> Iterator[None]:
     name = Path(script).stem
     out = Path(os.environ.get("MIAUDIT_BENCH_RESULTS", RESULTS))
     record = run_record(name, sys.argv[1:] if argv is None else argv, tee.copy.getvalue())
+    record["machine"]["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     write_bytes(out / f"{name}.json", (json.dumps(record, indent=1) + "\n").encode())
     write_bytes(out / f"{name}.md", markdown(record).encode())
     print(f"(written: {out / name}.md, .json)", file=sys.stderr)
@@ -105,8 +106,9 @@ def markdown(record: dict[str, Any]) -> str:
             f"({machine['processor']}, {machine['platform']}), Python {machine['python']}"
             + (f", torch {machine['torch']} ({machine['torch_threads']} threads)"
                if machine["torch"] else "")
-            + ". Written by `benchmarks/record.py` from what the script printed; its latest "
-            "run.", ""]
+            + f"; load average {machine['load_average'][0]} at the start, "
+            f"{machine['load_average'][1]} at the end. Written by `benchmarks/record.py` from "
+            "what the script printed; its latest run.", ""]
     body, text = [], []
     for line in record["output"] + [""]:
         if line.strip().startswith("|"):

@@ -184,3 +184,18 @@ def test_a_claim_with_seeds_needs_two_seeds_that_agree(monkeypatch, results, ver
         aucs[experiment, stem]) if (experiment, stem) in aucs else None)
     claim = claims.Claim("s", "h", "l", ("auc",), seeds={0: "s0", 1: "s1"})
     assert claims.decide(claim)[0] == verdict
+
+
+def test_every_config_run_line_names_its_own_folder():
+    # A config's "# Run:" comment is the command that reproduces it: after a move it must name
+    # the folder the config is in (and --only, when given, the config itself).
+    experiments = ROOT / "experiments"
+    for config in experiments.glob("**/*.yaml"):
+        if "outputs" in config.parts or config.parent == experiments:
+            continue
+        for line in config.read_text().splitlines():
+            if line.startswith("# Run: python experiments/run.py "):
+                words = line.split()
+                assert words[4] == str(config.parent.relative_to(experiments)), config
+                if "--only" in words:
+                    assert words[words.index("--only") + 1] == config.stem, config
