@@ -28,6 +28,8 @@ from pathlib import Path
 import yaml
 from record import recorded
 
+from miaudit.results import Summary
+
 HEADLINE = Path(__file__).resolve().parents[1] / "experiments" / "papers" / "A" / "headline"
 CONFIGS = {"resnet14": "1_resnet14.yaml", "odenet": "2_odenet.yaml"}
 ATTACKS = ["loss", "lira", "lira:offline=true,fixed_variance=true"]
@@ -49,19 +51,20 @@ def config(model: str, precision: str, seed: int, data_dir: str, output_dir: str
     return raw
 
 
-def summary(results: dict, model: str, precision: str, seed: int, seconds: float) -> dict:
-    targets = results["target_models"]
+def summary(results: Summary, model: str, precision: str, seed: int, seconds: float) -> dict:
+    """One row from a run's typed results (``Results.summary``)."""
+    targets = results.target_models
     row = {"model": model, "precision": precision, "seed": seed, "wall_seconds": round(seconds),
-           "num_models": results["num_models"], "pool_size": results["pool_size"],
-           "epochs": results["config"]["train"]["epochs"],
-           "test_accuracy": targets["test_accuracy"],
-           "test_accuracy_std": targets["test_accuracy_std"],
-           "train_accuracy": targets["train_accuracy"],
-           "train_seconds_mean": targets.get("train_seconds_mean")}
+           "num_models": results.num_models, "pool_size": results.pool_size,
+           "epochs": results.config["train"]["epochs"],
+           "test_accuracy": targets.test_accuracy,
+           "test_accuracy_std": targets.test_accuracy_std,
+           "train_accuracy": targets.train_accuracy,
+           "train_seconds_mean": targets.train_seconds_mean}
     for label in LIRA:
-        attack = results["attacks"][label]
-        mean, std = attack["mean"]["auc"], attack["std"]["auc"]
-        half = 1.96 * std / math.sqrt(len(targets["per_target_test"]))
+        attack = results.attacks[label]
+        mean, std = attack.mean["auc"], attack.std["auc"]
+        half = 1.96 * std / math.sqrt(len(targets.per_target_test))
         row[label] = {"auc": mean, "ci": [mean - half, mean + half]}
     return row
 

@@ -27,8 +27,10 @@ import miaudit
 from miaudit import Results
 from miaudit.cli import parse_set_items
 from miaudit.errors import MiauditError
+from miaudit.io import DIGEST_KEY
 from miaudit.report import model_line, privacy_line
 from miaudit.reporting import compare_markdown
+from miaudit.results import Summary
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -86,8 +88,10 @@ def committed_row(outputs: Path, stem: str) -> tuple[str, Results] | None:
     path = outputs / f"{stem}.results.json"
     if not path.exists():
         return None
-    summary = json.loads(path.read_text())
-    run_dir = Path(summary["run_dir"])
+    record = json.loads(path.read_text())
+    record.pop(DIGEST_KEY, None)
+    summary = Summary.model_validate(record)
+    run_dir = Path(summary.run_dir)
     return (stem, Results(run_dir=run_dir, summary=summary)) if run_dir.is_dir() else None
 
 
@@ -95,23 +99,27 @@ def markdown(rows: list[tuple[str, Results]]) -> str:
     """The comparison table of the experiment's runs (every attack they share; TPR@0.1% with
     its 95% CI), then a line per config: accuracy, size, time, robust accuracy, DP guarantee."""
     table = compare_markdown([results.run_dir for _, results in rows])
-    notes = [f"- {stem}: {model_line(results.summary)}; {len(results.summary['targets'])} "
-             f"target(s), {results.summary['num_models']} models, pool "
-             f"{results.summary['pool_size']}, "
-             f"{results.summary['target_models']['train_seconds_mean']:.1f} s/model, this run "
-             f"{results.summary.get('timing', {}).get('total_seconds_this_run', 'n/a')} s"
+    notes = [f"- {stem}: {model_line(results.summary)}; {len(results.summary.targets)} "
+             f"target(s), {results.summary.num_models} models, pool "
+             f"{results.summary.pool_size}, "
+             f"{results.summary.target_models.train_seconds_mean:.1f} s/model, this run "
+             f"{_seconds_this_run(results.summary)} s"
              + extra_note(results.summary) for stem, results in rows]
     return table + "\n" + "\n".join(notes) + "\n"
 
 
-def extra_note(summary: dict) -> str:
+def _seconds_this_run(summary: Summary) -> float | str:
+    return "n/a" if summary.timing is None else summary.timing.total_seconds_this_run
+
+
+def extra_note(summary: Summary) -> str:
     """Robust accuracy (adversarial training) and the DP guarantee, when the audit has them."""
-    stats, parts = summary["target_models"], []
-    if "test_robust_acc" in stats:
-        parts.append(f"natural/robust (PGD) acc: train {100 * stats['train_natural_acc']:.1f}/"
-                     f"{100 * stats['train_robust_acc']:.1f}%, test "
-                     f"{100 * stats['test_natural_acc']:.1f}/{100 * stats['test_robust_acc']:.1f}%")
-    if "privacy" in summary:
+    stats, parts = summary.target_models, []
+    if stats.test_robust_acc is not None:
+        parts.append(f"natural/robust (PGD) acc: train {100 * stats.train_natural_acc:.1f}/"
+                     f"{100 * stats.train_robust_acc:.1f}%, test "
+                     f"{100 * stats.test_natural_acc:.1f}/{100 * stats.test_robust_acc:.1f}%")
+    if summary.privacy is not None:
         parts.append(privacy_line(summary))
     return "".join(f"; {part}" for part in parts)
 

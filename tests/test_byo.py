@@ -27,7 +27,7 @@ def test_the_example_project_audits_by_import_path(tmp_path, monkeypatch):
     raw["data"]["options"] = {"n": 200}
     raw["train"]["recipe_options"]["options"] = {"epochs": 5, "lr": 0.03}
     results = pipeline.audit(validate_config(raw), show_progress=False)
-    assert results.summary["target_models"]["train_accuracy"] > 0.6
+    assert results.summary.target_models.train_accuracy > 0.6
     assert 0 <= results.metric("lira", "auc") <= 1
 
 
@@ -83,7 +83,7 @@ def test_a_pretrained_target_is_audited_and_only_references_train(tmp_path, monk
     assert trained == [0, 1, 2, 3, 4]  # model 0 is loaded by train_model, not trained
     record = yaml.safe_load((results.run_dir / "models" / "0000" / "model.json").read_text())
     assert record["recipe"] == "pretrained" and record["train_seconds"] == 0.0
-    assert results.summary["target_models"]["train_accuracy"] > 0.9
+    assert results.summary.target_models.train_accuracy > 0.9
     assert results.metric("loss", "auc") > 0.6  # the overfit target leaks
 
 

@@ -425,4 +425,4 @@ def test_an_audit_on_ray_equals_the_local_audit(cluster: Any, tmp_path: Path) ->
         name = f"models/{index:04d}/weights.safetensors"
         assert (local.run_dir / name).read_bytes() == (on_ray.run_dir / name).read_bytes()
     for label in ("loss", "lira"):
-        assert on_ray.attacks[label]["pooled"] == local.attacks[label]["pooled"]
+        assert on_ray.attacks[label].pooled == local.attacks[label].pooled

@@ -147,7 +147,7 @@ def test_damaged_weights_and_outputs_are_detected_and_recomputed(tmp_path, monke
     assert str(weights) in messages and str(outputs) in messages
     for path, data in intact.items():
         assert path.read_bytes() == data  # recomputed (or re-fetched) identically
-    assert again.attacks["lira"]["pooled"] == reference.attacks["lira"]["pooled"]
+    assert again.attacks["lira"].pooled == reference.attacks["lira"].pooled
 
     # damage in the cache never reaches a run: the damaged entry is refused, the model retrained
     record = json.loads((root / "models" / "0002" / "model.json").read_text())

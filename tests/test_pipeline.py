@@ -19,7 +19,7 @@ def _quiet(config):
 
 
 def _scores(results, label):
-    return np.load(results.run_dir / results.summary["scores_dir"] / f"{label}.npy")
+    return np.load(results.run_dir / results.summary.scores_dir / f"{label}.npy")
 
 
 def test_audit_writes_a_complete_run_directory(tmp_path):
@@ -62,7 +62,7 @@ def test_members_are_detected_on_an_overfit_model_family(tmp_path):
                                          "weight_decay": 0.0})
     config["data"]["options"]["separation"] = 0.2  # hard task: models memorize
     results = _quiet(config)
-    assert results.summary["target_models"]["generalization_gap"] > 0.2
+    assert results.summary.target_models.generalization_gap > 0.2
     assert results.metric("loss", "auc") > 0.6
     assert results.metric("lira", "auc") > 0.6
 
@@ -85,7 +85,7 @@ def test_interrupted_run_resumes_without_retraining_and_gives_identical_results(
     assert trained == [2, 3]
     assert (root / "models" / "0000" / "weights.safetensors").stat().st_mtime_ns == first_weights
     for label in ("loss", "lira"):
-        assert resumed.attacks[label]["pooled"] == reference.attacks[label]["pooled"]
+        assert resumed.attacks[label].pooled == reference.attacks[label].pooled
     assert np.array_equal(_scores(resumed, "lira"), _scores(reference, "lira"))
 
 
@@ -122,7 +122,7 @@ def test_adding_a_query_trains_nothing_and_queries_every_model_once(tmp_path, mo
     grown = _quiet(config)
     assert grown.run_dir == first.run_dir
     assert trained == [] and queried == [("dropout:p=0.1,n=2",)] * 4
-    assert grown.summary["queries"] == ["identity", "dropout:p=0.1,n=2"]
+    assert grown.summary.queries == ["identity", "dropout:p=0.1,n=2"]
 
 
 def test_raising_num_models_trains_only_the_new_models(tmp_path, monkeypatch):
@@ -165,7 +165,7 @@ def test_damaged_outputs_are_recomputed_not_used(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="damaged"):
         again = _quiet(tiny_audit(tmp_path, share_models=False))
     assert trained == [] and queried == [("identity",)]
-    assert again.attacks["lira"]["pooled"] == first.attacks["lira"]["pooled"]
+    assert again.attacks["lira"].pooled == first.attacks["lira"].pooled
 
 
 def test_a_changed_config_never_reuses_artefacts(tmp_path):
@@ -181,7 +181,7 @@ def test_fixed_target_with_another_reference_architecture(tmp_path):
     config = tiny_audit(tmp_path, protocol="fixed_target", num_models=4,
                         reference_model={"name": "mlp", "options": {"hidden": [8, 8]}})
     results = _quiet(config)
-    assert results.summary["targets"] == [0] and results.summary["num_models"] == 5
+    assert results.summary.targets == [0] and results.summary.num_models == 5
     meta = json.loads((results.run_dir / "models" / "0003" / "model.json").read_text())
     assert meta["model"]["options"]["hidden"] == [8, 8]
 
@@ -191,7 +191,7 @@ def test_default_audit_end_to_end_at_reduced_size(tmp_path):
                                  "output_dir": str(tmp_path), "device": "cpu"})
     results = audit(cfg, show_progress=False)
     assert set(results.attacks) == set(cfg.attacks)
-    assert results.summary["pool_size"] == 300 and results.summary["audited_size"] == 270
+    assert results.summary.pool_size == 300 and results.summary.audited_size == 270
 
 
 def test_cli_audit_report_and_listings(tmp_path):
@@ -228,12 +228,12 @@ def test_robust_evaluation_and_memorization_analysis_are_written(tmp_path):
                                                "max_samples": 50},
                         memorization_attack="lira")
     results = _quiet(config)
-    stats = results.summary["target_models"]
-    assert 0 <= stats["test_robust_acc"] <= stats["test_natural_acc"] <= 1
-    assert stats["train_robust_acc"] < stats["train_natural_acc"]
-    per_target = stats["test_robust_acc_per_target"]  # one value per target, their mean above
-    assert len(per_target) == len(results.summary["targets"])
-    assert np.mean(per_target) == pytest.approx(stats["test_robust_acc"])
+    stats = results.summary.target_models
+    assert 0 <= stats.test_robust_acc <= stats.test_natural_acc <= 1
+    assert stats.train_robust_acc < stats.train_natural_acc
+    per_target = stats.test_robust_acc_per_target  # one value per target, their mean above
+    assert len(per_target) == len(results.summary.targets)
+    assert np.mean(per_target) == pytest.approx(stats.test_robust_acc)
     table = json.loads((results.run_dir / "memorization.json").read_text())
     assert table["attack"] == "lira" and len(table["bins"]) == 22
     assert (results.run_dir / "memorization.png").exists()
@@ -252,20 +252,20 @@ def test_dpsgd_audit_reports_the_guarantee_and_empirical_lower_bounds(tmp_path):
                        "recipe": "dpsgd",
                        "recipe_options": {"noise_multiplier": 1.0, "accountant": "rdp"}}
     results = _quiet(config)
-    privacy = results.summary["privacy"]
+    privacy = results.summary.privacy
     keep = np.load(results.run_dir / "keep.npy")
     expected = []
     for row in keep:  # each model: Poisson rate 1 / batches, one step per batch, 2 epochs
         batches = -(-int(row.sum()) // 32)
         expected.append(accounting.epsilon(1.0, 1 / batches, 1e-5, steps=2 * batches,
                                            accountant="rdp"))
-    assert privacy["epsilon"] == pytest.approx(max(expected))  # the weakest target's guarantee
-    assert len(privacy["epsilon_per_epoch"]) == 2
+    assert privacy.epsilon == pytest.approx(max(expected))  # the weakest target's guarantee
+    assert len(privacy.epsilon_per_epoch) == 2
     for attack in results.attacks.values():
-        bound = attack["empirical_epsilon"]
+        bound = attack.empirical_epsilon
         # 4 tiny models x 200 samples cannot certify anything near the claimed epsilon.
-        assert 0 <= bound["epsilon_lower"] < privacy["epsilon"]
-        assert bound["verdict"] == "consistent"
+        assert 0 <= bound.epsilon_lower < privacy.epsilon
+        assert bound.verdict == "consistent"
     assert (results.run_dir / "roc_dp_bound.png").exists()
 
 
@@ -298,10 +298,10 @@ def test_sde_targets_record_paper_a_guarantee_and_the_bound_plot(tmp_path):
     config["data"] = {"name": "synthetic", "options": {"n_train": 40, "n_test": 20,
                                                        "shape": [3, 8, 8], "num_classes": 4}}
     results = _quiet(config)
-    nsde = results.summary["nsde"]
-    assert nsde["theorem"].startswith("paper A, Theorem 4.1") and nsde["form"] == "proof"
-    assert nsde["lipschitz_source"].startswith("assumed L = 1")
-    assert nsde["in_range"] == (0 < nsde["epsilon_implied"] < 1)
+    nsde = results.summary.nsde
+    assert nsde.theorem.startswith("paper A, Theorem 4.1") and nsde.form == "proof"
+    assert nsde.lipschitz_source.startswith("assumed L = 1")
+    assert nsde.in_range == (0 < nsde.epsilon_implied < 1)
     assert (results.run_dir / "roc_dp_bound.png").exists()
 
 
@@ -313,5 +313,5 @@ def test_ensemble_training_writes_every_model_and_matches_sequential(tmp_path):
     for label in ("loss", "lira"):
         assert ensemble.metric(label, "auc") == pytest.approx(
             sequential.metric(label, "auc"), abs=0.02)
-    assert ensemble.summary["target_models"]["train_accuracy"] == pytest.approx(
-        sequential.summary["target_models"]["train_accuracy"], abs=0.03)
+    assert ensemble.summary.target_models.train_accuracy == pytest.approx(
+        sequential.summary.target_models.train_accuracy, abs=0.03)

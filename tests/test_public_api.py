@@ -80,12 +80,12 @@ def test_score_in_memory_equals_score_to_files_and_results_load(tmp_path):
     written = miaudit.score(outputs, attacks, out_dir=tmp_path / "scored")
     assert memory.run_dir is None and written.run_dir == tmp_path / "scored"
     loaded = miaudit.Results.load(tmp_path / "scored")
-    assert loaded.summary["attacks"].keys() == written.summary["attacks"].keys()
+    assert loaded.summary.attacks.keys() == written.summary.attacks.keys()
     pure = miaudit.attacks.evaluate(logits, keep, attacks, labels=labels)
     for label in ("loss", "lira:offline=true"):
-        assert memory.attacks[label]["pooled"] == written.attacks[label]["pooled"]
-        assert json.dumps(loaded.attacks[label]["pooled"]) == json.dumps(
-            written.attacks[label]["pooled"])
+        assert memory.attacks[label].pooled == written.attacks[label].pooled
+        assert json.dumps(loaded.attacks[label].pooled) == json.dumps(
+            written.attacks[label].pooled)
         in_memory, members = memory.scores(label)
         on_disk, disk_members = loaded.scores(label)
         np.testing.assert_array_equal(in_memory, on_disk)
@@ -122,7 +122,7 @@ def test_results_table_holds_the_pooled_fractions(tmp_path):
                 expected = results.metric(label, key, view)
                 cell = table.loc[label, column]
                 assert pd.isna(cell) if expected is None else cell == expected
-            low, high = results.attacks[label]["pooled"]["tpr@1%_ci"]
+            low, high = results.attacks[label].pooled["tpr@1%_ci"]
             assert (table.loc[label, "tpr@1%_ci_low"],
                     table.loc[label, "tpr@1%_ci_high"]) == (low, high)
         assert 0 <= table["tpr@1%"].min() and table["auc"].max() <= 1

@@ -141,12 +141,12 @@ def test_html_report_is_self_contained_and_has_every_section(dp_run):
                              "privacy", "memorization", "exposed"]
     assert page.images == 16 + 1  # thumbnails + the memorization figure
     assert text.count("<svg") == 3  # LiRA panel, baselines panel, the DP-bound panel
-    pooled = {a: dp_run.attacks[a]["pooled"] for a in ATTACKS}
+    pooled = {a: dp_run.attacks[a].pooled for a in ATTACKS}
     best = max(ATTACKS, key=lambda a: (pooled[a]["tpr@0.1%_measurable"], pooled[a]["tpr@0.1%"],
                                        pooled[a]["auc"]))
     assert f"Strongest attack (largest TPR at 0.1% FPR of {len(ATTACKS)}): <b>{best}</b>" in text
     assert "simultaneous over all 3 attacks" in text and "two-way (crossed) bootstrap" in text
-    claimed = dp_run.summary["privacy"]["epsilon"]
+    claimed = dp_run.summary.privacy.epsilon
     assert f"{claimed:.3g}" in text and "consistent" in text
     assert path.stat().st_size < 1_000_000
 
@@ -197,7 +197,7 @@ def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     table = comparison([RunView(p) for p in runs], ["lira", "loss"])
     assert table.wide and len(table.rows) == 2
     assert table.rows[0][0].startswith("1. ") and "recipe=dpsgd" in table.rows[0][0]
-    lira = dp_run.attacks["lira"]["pooled"]
+    lira = dp_run.attacks["lira"].pooled
     # a level the run cannot measure is n/m in compare, not a TPR at zero FPR (issue 23)
     assert table.rows[0][4] == (f"{100 * lira['tpr@0.1%']:.2f} [{100 * lira['tpr@0.1%_ci'][0]:.2f}"
                                 f", {100 * lira['tpr@0.1%_ci'][1]:.2f}]"
@@ -215,7 +215,7 @@ def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     # A fourth common attack switches to one row per (run, attack).
     plain["attacks"]["lira copy"] = plain["attacks"]["lira"]
     write_results(tmp_path / "plain.json", plain)
-    write_results(tmp_path / "again.json", {**plain, "config": dp_run.summary["config"]})
+    write_results(tmp_path / "again.json", {**plain, "config": dp_run.summary.config})
     long = comparison([RunView(tmp_path / "plain.json"), RunView(tmp_path / "again.json")])
     assert not long.wide and "attack" in long.header and len(long.rows) == 2 * 4
     assert [row[4] for row in long.rows[:4]] == [*ATTACKS, "lira copy"]

@@ -43,9 +43,9 @@ def test_score_on_a_lira_layout_equals_the_audit(tmp_path):
     assert result.exit_code == 0, result.output
     scored = json.loads((out / "results.json").read_text())
     for label in ATTACKS:
-        assert scored["attacks"][label]["pooled"] == results.attacks[label]["pooled"]
+        assert scored["attacks"][label]["pooled"] == results.attacks[label].pooled
     assert scored["target_models"]["test_accuracy"] == \
-        results.summary["target_models"]["test_accuracy"]
+        results.summary.target_models.test_accuracy
     report = CliRunner().invoke(app, ["report", str(out)])
     assert report.exit_code == 0 and "lira" in report.output
 

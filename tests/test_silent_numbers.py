@@ -53,11 +53,11 @@ def test_accuracy_comes_from_clean_inputs_whatever_the_queries(tmp_path, queries
     results = pipeline.audit(config, show_progress=False)
     planned = pipeline.plan_audit(config)
     train, test = _clean_accuracy(planned, results.run_dir)
-    stats = results.summary["target_models"]
-    assert stats["train_accuracy"] == pytest.approx(train, abs=1e-9)
-    assert stats["test_accuracy"] == pytest.approx(test, abs=1e-9)
-    assert stats["accuracy_query"] in ("shift:dx=0,dy=0", "identity")
-    assert results.summary["queries"] == queries  # the extra clean query is not attacked
+    stats = results.summary.target_models
+    assert stats.train_accuracy == pytest.approx(train, abs=1e-9)
+    assert stats.test_accuracy == pytest.approx(test, abs=1e-9)
+    assert stats.accuracy_query in ("shift:dx=0,dy=0", "identity")
+    assert results.summary.queries == queries  # the extra clean query is not attacked
 
 
 def test_attack_labels_that_share_a_scores_file_are_refused_by_score(tmp_path):
@@ -84,7 +84,7 @@ def test_an_edited_or_truncated_robust_evaluation_record_is_recomputed(tmp_path,
 
     config = validate_config(tiny_audit(tmp_path, attacks=["loss"], robust_eval={
         "eps": 0.3, "step": 0.1, "steps": 2, "max_samples": 20}))
-    first = pipeline.audit(config, show_progress=False).summary["target_models"]
+    first = pipeline.audit(config, show_progress=False).summary.target_models
     run_dir = pipeline.plan_audit(config).run_dir
     (record,) = run_dir.glob("models/0001/eval/*.json")
     value = json.loads(record.read_text())
@@ -94,8 +94,8 @@ def test_an_edited_or_truncated_robust_evaluation_record_is_recomputed(tmp_path,
     else:
         record.write_text(record.read_text()[:40])
     with pytest.warns(RuntimeWarning, match=f"{record.name}.*recomputing"):
-        again = pipeline.audit(config, show_progress=False).summary["target_models"]
-    assert again["test_natural_acc_per_target"] == first["test_natural_acc_per_target"]
+        again = pipeline.audit(config, show_progress=False).summary.target_models
+    assert again.test_natural_acc_per_target == first.test_natural_acc_per_target
     assert pipeline.RunDir(run_dir).eval_record(1, record.stem) is not None  # rewritten intact
 
 
@@ -199,9 +199,9 @@ def test_lira_with_per_example_variance_on_few_references_is_flagged(tmp_path):
     assert not ATTACKS.build("lira", fixed_variance=True).caveats(3)
     config = tiny_audit(tmp_path, attacks=["lira", "lira:fixed_variance=true"])
     results = pipeline.audit(validate_config(config), show_progress=False)
-    (caveat,) = results.attacks["lira"]["caveats"]
+    (caveat,) = results.attacks["lira"].caveats
     assert "3 reference models" in caveat and "fixed_variance=true" in caveat
-    assert "caveats" not in results.attacks["lira:fixed_variance=true"]
+    assert not results.attacks["lira:fixed_variance=true"].caveats
     printed = CliRunner().invoke(app, ["report", str(results.run_dir)]).output
     assert "lira *" in printed and "* lira: per-example variance" in printed
     assert "* lira: per-example variance" in (results.run_dir / "report.html").read_text()
@@ -217,9 +217,20 @@ def test_too_few_non_members_for_any_fpr_level_is_said(tmp_path):
         "name": "synthetic", "options": {"n_train": 8, "n_test": 4, "shape": [16],
                                          "num_classes": 2}})
     results = pipeline.audit(validate_config(config), show_progress=False)
-    (caveat,) = results.attacks["loss"]["caveats"]
-    audited = results.summary["audited_size"]  # 4 targets, each on half of them
+    (caveat,) = results.attacks["loss"].caveats
+    audited = results.summary.audited_size  # 4 targets, each on half of them
     assert caveat.startswith(f"only {4 * audited // 2} non-members in all")
+
+
+def test_an_attack_caveat_keeps_the_too_few_non_members_caveat(tmp_path):
+    """Before: LiRA's own caveat (per-example variance under 64 references) replaced the
+    too-few-non-members caveat instead of joining it."""
+    config = tiny_audit(tmp_path, attacks=["lira"], data={
+        "name": "synthetic", "options": {"n_train": 8, "n_test": 4, "shape": [16],
+                                         "num_classes": 2}})
+    results = pipeline.audit(validate_config(config), show_progress=False)
+    resolution, variance = results.attacks["lira"].caveats
+    assert resolution.startswith("only ") and "reference models" in variance
 
 
 @pytest.mark.parametrize("milestones", [[2.0, -1], [0.75, 0.5], [0.5, 1.0]])
@@ -297,7 +308,11 @@ def test_roc_png_draws_tied_scores_as_the_html_panels_do(tmp_path, monkeypatch):
                         lambda figure, path, dpi=120: drawn.setdefault(Path(path).name, figure))
     monkeypatch.setattr(report, "audited_members",
                         lambda root, summary: np.array([True, True, False, False]))
-    summary = {"name": "t", "targets": [0], "attacks": {"a": {"pooled": {"auc": 0.75}}}}
+    from miaudit.results import AttackRecord, Summary
+
+    # only what plot_roc reads (model_construct: no validation of the rest)
+    summary = Summary.model_construct(name="t", targets=[0], attacks={
+        "a": AttackRecord.model_construct(pooled={"auc": 0.75})})
     report.plot_roc(tmp_path, summary, {"a": (np.array([0, 0, 0.5, 1.0]),
                                               np.array([0, 0.5, 1.0, 1.0]))})
     lines = [line for line in drawn["roc.png"].axes[0].get_lines()

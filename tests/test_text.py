@@ -167,12 +167,12 @@ def test_text_audit_end_to_end(corpus, tmp_path):
 
     results = audit(text_config(corpus, tmp_path), show_progress=False)
     summary = results.summary
-    models = summary["target_models"]
-    assert models["accuracy_kind"] == "next-token top-1 accuracy"
-    assert models["train_loss"] < models["test_loss"]  # the models fit their members
-    assert models["train_accuracy"] > models["test_accuracy"]
+    models = summary.target_models
+    assert models.accuracy_kind == "next-token top-1 accuracy"
+    assert models.train_loss < models.test_loss  # the models fit their members
+    assert models.train_accuracy > models.test_accuracy
     for label in ("loss", "min_k", "lira"):  # overfit on random word sequences: leaks
-        assert summary["attacks"][label]["pooled"]["auc"] > 0.6, label
+        assert summary.attacks[label].pooled["auc"] > 0.6, label
     exposed = np.load(results.run_dir / "exposed.npz")
     pool_texts = set(sentences(80))
     assert "texts" in exposed and all(t in pool_texts for t in exposed["texts"])
@@ -182,7 +182,7 @@ def test_text_audit_end_to_end(corpus, tmp_path):
     assert len(outputs) == 4  # one query output per model, stored once
     again = audit(text_config(corpus, tmp_path, attacks=["loss", "min_k_pp"]),
                   show_progress=False)
-    assert again.summary["timing"]["train_seconds_this_run"] == 0  # rescoring trains nothing
+    assert again.summary.timing.train_seconds_this_run == 0  # rescoring trains nothing
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -293,7 +293,7 @@ def test_gpt2_lora_config_runs_with_a_local_checkpoint_and_its_tokenizer(tmp_pat
                                 "train.epochs": 1, "output_dir": str(tmp_path / "runs"),
                                 "threads": 1})
     results = audit(cfg, show_progress=False)
-    assert set(results.summary["attacks"]) >= {"zlib", "min_k_pp", "ref_model", "lira"}
+    assert set(results.summary.attacks) >= {"zlib", "min_k_pp", "ref_model", "lira"}
     state = next((results.run_dir / "models").glob("*/weights.safetensors"))
     from safetensors import safe_open
 

@@ -96,20 +96,21 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int = 4) -> Path:
     return folder
 
 
-def row(name: str, summary: dict[str, Any]) -> dict[str, Any]:
-    models = summary["target_models"]
+def row(name: str, summary: Any) -> dict[str, Any]:
+    """One table row from the run's typed results (``Results.summary``)."""
+    models = summary.target_models
     attacks = {}
     for label in SHOWN:
-        attack = summary["attacks"][label]
-        attacks[label] = {"auc": attack["pooled"]["auc"], "auc_mean": attack["mean"]["auc"],
-                          "auc_std": attack["std"]["auc"],
-                          "tpr@1%": attack["pooled"]["tpr@1%"],
-                          "tpr@1%_ci": attack["pooled"]["tpr@1%_ci"]}
-    return {"setting": name, "train_acc": models["train_accuracy"],
-            "test_acc": models["test_accuracy"], "test_acc_ci": models["test_accuracy_ci"],
-            "train_ppl": models["train_perplexity"], "test_ppl": models["test_perplexity"],
-            "epsilon": summary.get("privacy", {}).get("epsilon"),
-            "train_seconds_per_model": models["train_seconds_mean"], "attacks": attacks}
+        attack = summary.attacks[label]
+        attacks[label] = {"auc": attack.auc, "auc_mean": attack.mean["auc"],
+                          "auc_std": attack.std["auc"],
+                          "tpr@1%": attack.pooled["tpr@1%"],
+                          "tpr@1%_ci": attack.interval("tpr@1%")}
+    return {"setting": name, "train_acc": models.train_accuracy,
+            "test_acc": models.test_accuracy, "test_acc_ci": models.test_accuracy_ci,
+            "train_ppl": models.train_perplexity, "test_ppl": models.test_perplexity,
+            "epsilon": None if summary.privacy is None else summary.privacy.epsilon,
+            "train_seconds_per_model": models.train_seconds_mean, "attacks": attacks}
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

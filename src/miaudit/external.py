@@ -22,16 +22,20 @@ unpickled (``allow_pickle=False``).
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from miaudit.errors import ExternalOutputsError
+from miaudit.external_outputs import (
+    BALANCE_POLICIES,
+    ExternalOutputs,
+    as_bool_keep,
+    check_balance,
+)
 from miaudit.io import path_problem
 from miaudit.outputfiles import (
     SUFFIXES,
@@ -45,9 +49,6 @@ from miaudit.outputfiles import (
     stacked_logits,
 )
 
-log = logging.getLogger(__name__)
-
-BALANCE_POLICIES = ("error", "warn", "ignore")
 # re-exported: the readers of this module's layouts are its public face
 __all__ = ["BALANCE_POLICIES", "ExternalOutputs", "ExternalOutputsError", "as_bool_keep",
            "lira_logits_file", "lira_model_dirs", "load_array", "read_any", "read_bundle",
@@ -55,57 +56,7 @@ __all__ = ["BALANCE_POLICIES", "ExternalOutputs", "ExternalOutputsError", "as_bo
            "read_logits", "read_outputs", "validate_outputs"]
 
 
-@dataclass(frozen=True)
-class ExternalOutputs:
-    """Validated outputs of M models on N samples: keep (M, N) bool, logits (M, N, Q, C)
-    float32, labels (N,) int64 in 0..C-1, the Q query names and the M model names."""
-
-    keep: np.ndarray
-    logits: np.ndarray
-    labels: np.ndarray
-    query_names: list[str]
-    model_names: list[str]
-    modality: str = "classes"  # "text": language models' per-token outputs (external_text)
-    texts: list[str] | None = None
-
-    @property
-    def num_models(self) -> int:
-        return self.keep.shape[0]
-
-    @property
-    def num_samples(self) -> int:
-        return self.keep.shape[1]
-
-    @property
-    def num_classes(self) -> int:
-        return self.logits.shape[-1]
-
-    def attack_input(self, population: np.ndarray | None = None) -> Any:
-        """These outputs as the attacks' :class:`~miaudit.attacks._base.AttackInput`."""
-        from miaudit.attacks._base import AttackInput
-
-        extra = {} if population is None else {"population": np.asarray(population, np.int64)}
-        return AttackInput(logits=self.logits, labels=self.labels, keep=self.keep,
-                           query_names=list(self.query_names), modality=self.modality,
-                           texts=self.texts, **extra)
-
-
 # -- validation --------------------------------------------------------------------------------
-
-def as_bool_keep(keep: np.ndarray, where: str) -> np.ndarray:
-    """Bool keep; integer or float 0/1 accepted."""
-    if keep.dtype == np.bool_:
-        return keep
-    if keep.dtype.kind not in "biuf":
-        raise ExternalOutputsError(f"{where}: keep must be boolean, got dtype {keep.dtype}")
-    bad = (keep != 0) & (keep != 1)
-    if bad.any():
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ExternalOutputsError(
-            f"{where}: keep must be boolean (True/False or 0/1); {int(bad.sum())} entries are "
-            f"not, the first {keep[first].item()!r} at index {first}")
-    return keep == 1
-
 
 def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *,
                      sources: dict[str, str], query_names: Sequence[str] | None = None,
@@ -146,7 +97,7 @@ def validate_outputs(keep: np.ndarray, logits: np.ndarray, labels: np.ndarray, *
             f"{keep.shape[1]} samples of keep {sources['keep']} {keep.shape}")
     logits = _finite_logits(logits, sources["logits"])
     labels = _class_labels(labels, logits.shape[-1], sources["labels"])
-    _check_balance(keep, balance, sources["keep"], population)
+    check_balance(keep, balance, sources["keep"], population)
     queries = _query_names(query_names, logits.shape[2], sources["logits"])
     models = list(model_names) if model_names is not None else [
         f"model{m}" for m in range(keep.shape[0])]
@@ -206,26 +157,6 @@ def _class_labels(labels: np.ndarray, classes: int, where: str) -> np.ndarray:
             f"{classes} classes); {int(bad.sum())} are not, the first {labels[first].item()!r} at "
             f"sample {first}")
     return as_int
-
-
-def _check_balance(keep: np.ndarray, policy: str, where: str,
-                   population: np.ndarray | None) -> None:
-    if policy == "ignore":
-        return
-    count = keep.sum(axis=0)
-    always, never = count == keep.shape[0], count == 0
-    if population is not None:
-        never[np.asarray(population, dtype=np.int64)] = False
-    if not (always.any() or never.any()):
-        return
-    first = int(np.flatnonzero(always | never)[0])
-    message = (f"{where}: {int(always.sum())} samples are IN for every model and "
-               f"{int(never.sum())} are IN for none (the first: sample {first}); attacks need "
-               "models of both kinds for each sample. Train more models with a balanced keep "
-               "matrix (each sample IN for about half), or drop these samples")
-    if policy == "error":
-        raise ExternalOutputsError(message)
-    log.warning(message)
 
 
 def _query_names(names: Sequence[str] | None, count: int, where: str) -> list[str]:

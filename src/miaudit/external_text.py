@@ -22,12 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.external import (
-    ExternalOutputs,
-    ExternalOutputsError,
-    _check_balance,
-    as_bool_keep,
-)
+from miaudit.errors import ExternalOutputsError
+from miaudit.external_outputs import ExternalOutputs, as_bool_keep, check_balance
 from miaudit.outputfiles import _read_arrays
 
 OPTIONAL = ("token_mu", "token_sigma", "token_correct")
@@ -81,7 +77,7 @@ def read_text_bundle(path: Path, *, balance: str = "warn",
             stats.append(np.where(real, extra, np.nan))
         else:
             stats.append(np.full(log_p.shape, np.nan))
-    _check_balance(keep, balance, where, population)
+    check_balance(keep, balance, where, population)
     packed = np.concatenate(stats, axis=-1).astype(np.float32)[:, :, None, :]
     return ExternalOutputs(keep=keep, logits=packed, labels=np.zeros(keep.shape[1], np.int64),
                            query_names=["identity"],

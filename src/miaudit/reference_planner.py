@@ -162,16 +162,16 @@ def plan_run(run_dir: Path) -> dict[str, Any]:
     (no model is trained or queried), and adds ``reference_planner`` to results.json."""
     from miaudit.config import validate_config
     from miaudit.errors import RunDirError
-    from miaudit.results import EXTERNAL_SOURCE, load_summary, write_results
+    from miaudit.results import load_summary, read_results, write_results
     from miaudit.rundir import RunDir
     from miaudit.stages.plan import plan_audit
     from miaudit.stages.score import attack_input
 
     summary = load_summary(run_dir)
-    if summary["config"].get("source") == EXTERNAL_SOURCE:
+    if summary.external:
         raise RunDirError(f"{run_dir} was scored from outputs made elsewhere; the planner "
                           "re-scores an audit's own outputs (run `miaudit audit`)")
-    planned = plan_audit(validate_config(summary["config"]))
+    planned = plan_audit(validate_config(summary.config))
     run = RunDir(Path(run_dir))
     if not np.array_equal(run.read_keep(), planned.plan.keep):
         raise RunDirError(f"{run_dir}: its stored memberships differ from its config's plan; "
@@ -179,9 +179,11 @@ def plan_run(run_dir: Path) -> dict[str, Any]:
     with run.lock():
         data = attack_input(run, planned)
         plan = planned.plan
-        result = plan_references(data, list(planned.cfg.attacks), list(summary["targets"]),
+        result = plan_references(data, list(planned.cfg.attacks), list(summary.targets),
                                  plan.references, plan.split.audited,
                                  pair_of=lambda m: plan.family_index(m) // 2)
-        summary["reference_planner"] = result
-        write_results(Path(run_dir) / "results.json", summary)  # with its digest
+        path = Path(run_dir) / "results.json"
+        record = read_results(path)  # the record as written: only the planner's key is added
+        record["reference_planner"] = result
+        write_results(path, record)  # with its digest
     return result

@@ -370,13 +370,14 @@ class ModelCache:
             copy_file(source / record_rel, target / record_rel)
 
 
-def audited_members(run_root: Path, summary: dict[str, Any]) -> np.ndarray:
+def audited_members(run_root: Path, targets: list[int]) -> np.ndarray:
     """(targets, audited) bool: the ground truth the stored scores are aligned with."""
     run = RunDir(run_root)
     audited = run.read_split()["audited"]
-    return run.read_keep()[summary["targets"]][:, audited]
+    return run.read_keep()[targets][:, audited]
 
 
-def read_scores(run_root: Path, summary: dict[str, Any], label: str) -> np.ndarray:
-    """(targets, audited) scores of one attack, from the generation results.json names."""
-    return read_array(Path(run_root) / summary["scores_dir"] / scores_name(label))
+def read_scores(run_root: Path, scores_dir: str, label: str) -> np.ndarray:
+    """(targets, audited) scores of one attack, from ``scores_dir``, the generation
+    results.json names."""
+    return read_array(Path(run_root) / scores_dir / scores_name(label))

@@ -18,8 +18,8 @@ from miaudit.errors import ConfigError
 from miaudit.identity import array_digest
 from miaudit.io import text_digest, write_array
 from miaudit.privacy.bounds import empirical_epsilon
-from miaudit.results import Results, Summary, write_results
-from miaudit.rundir import RunDir, check_scores_names, scores_name
+from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results
+from miaudit.rundir import LAYOUT, RunDir, check_scores_names, scores_name
 
 #: the metrics the report names the strongest attack by, each with a band over all attacks
 SIMULTANEOUS_KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
@@ -27,7 +27,7 @@ SIMULTANEOUS_KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
 
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
                   references: Callable[[int], np.ndarray], audited: np.ndarray,
-                  folder: Path | None, privacy: dict[str, Any] | None = None,
+                  folder: Path | None, privacy: Privacy | None = None,
                   kept: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """{label: attack summary} for every attack spec; writes (targets x audited) scores of each
     attack into ``folder`` (None: no files) and into ``kept`` when given. ``privacy`` (claimed
@@ -50,8 +50,8 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
             attacks[label]["pooled"], replicates[label], resamples.method)
         if any(o.info for o in outcomes):
             attacks[label]["info"] = [o.info for o in outcomes]
-        if caveats := attack.caveats(len(references(targets[0]))):
-            attacks[label]["caveats"] = caveats
+        if caveats := attack.caveats(len(references(targets[0]))):  # beside the resolution one
+            attacks[label]["caveats"] = [*attacks[label].get("caveats", []), *caveats]
         if folder is not None:
             write_array(folder / scores_name(label), scores)
         if kept is not None:
@@ -61,7 +61,7 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
 
 
 def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, members: np.ndarray,
-                   labels: np.ndarray, privacy: dict[str, Any] | None) -> dict[str, Any]:
+                   labels: np.ndarray, privacy: Privacy | None) -> dict[str, Any]:
     per_target = [metrics.summarize(s, m) for s, m in zip(scores, members)]
     summary = {
         "attack": name, "options": options,
@@ -73,9 +73,9 @@ def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, membe
     }
     if caveat := resolution_caveat(int((~members).sum())):
         summary["caveats"] = [caveat]
-    if privacy:
+    if privacy is not None:
         summary["empirical_epsilon"] = empirical_epsilon(
-            scores, members, privacy["delta"], claimed_epsilon=privacy["epsilon"]).as_dict()
+            scores, members, privacy.delta, claimed_epsilon=privacy.epsilon).as_dict()
     return summary
 
 
@@ -143,13 +143,14 @@ def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
 
 
 def publish(run: RunDir, summary: dict[str, Any]) -> Results:
-    """Validate the summary against the results schema, drop the report files of the previous
-    results, write results.json (naming its scores generation), then drop older generations."""
+    """Validate the summary record against the results schema, drop the report files of the
+    previous results, write results.json (the record as built, naming its scores
+    generation), then drop older generations."""
     checked = Summary.model_validate(summary)
     run.drop_report_files()
     write_results(run.root / "results.json", summary)
     run.drop_old_scores(checked.scores_dir)
-    return Results(run_dir=run.root, summary=summary)
+    return Results(run_dir=run.root, summary=checked)
 
 
 def score(outputs: Any, attacks: list[Spec] | None = None, *,
@@ -194,9 +195,8 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
         attacks = score_attacks(data, specs, targets, references, audited, None, kept=kept)
         summary = _outputs_summary(outputs, specs, name, "", "", targets, audited, population,
                                    attacks)
-        Summary.model_validate(summary)
         members = outputs.keep[targets][:, audited]
-        return Results(run_dir=None, summary=summary, memory_scores=kept,
+        return Results(run_dir=None, summary=Summary.model_validate(summary), memory_scores=kept,
                        memory_members=members)
     from miaudit.report import render_plots
 
@@ -214,7 +214,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
         summary = _outputs_summary(outputs, specs, name, str(run.root), scores_dir, targets,
                                    audited, population, attacks)
         results = publish(run, summary)
-        render_plots(run.root, summary)
+        render_plots(run.root, results.summary)
     return results
 
 
@@ -258,11 +258,10 @@ def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
                      scores_dir: str, targets: list[int], audited: np.ndarray,
                      population: np.ndarray, attacks: dict[str, Any]) -> dict[str, Any]:
     """The results.json summary of scored outputs (the layout of an audit's)."""
-    from miaudit.results import EXTERNAL_SOURCE
     from miaudit.text_audit import text_model_stats
 
     return {
-        "layout": 2, "name": name, "run_dir": run_dir, "protocol": "rotation",
+        "layout": LAYOUT, "name": name, "run_dir": run_dir, "protocol": "rotation",
         "targets": targets, "num_models": outputs.num_models,
         "pool_size": outputs.keep.shape[1], "audited_size": int(len(audited)),
         "population_size": int(len(population)), "holdout_size": 0,

@@ -12,6 +12,7 @@ import numpy as np
 from miaudit.config import AuditConfig, attack_label, build_attack, build_recipe
 from miaudit.data import Pool
 from miaudit.errors import ConfigError
+from miaudit.machine import physical_memory_bytes
 from miaudit.signals import token_view
 
 TEXT_QUERIES = ["identity"]
@@ -65,8 +66,6 @@ def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
     if unsupported:
         raise ConfigError(f"{', '.join(unsupported)}: not available for language models "
                           "(they assume class outputs); remove them")
-    from miaudit.stages.plan import physical_memory_bytes
-
     positions = pool.x.shape[1] - 1
     models = cfg.num_models + (cfg.protocol == "fixed_target")
     needed = models * len(pool) * (1 + 4 * positions * 4 + 8 * 4)

@@ -112,8 +112,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
     from miaudit.report import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
-    summary = load_summary(run_dir)
-    summary["run_dir"] = str(run_dir)
+    summary = load_summary(run_dir).model_copy(update={"run_dir": str(run_dir)})
     if plots:
         render_plots(run_dir, summary)
     print_summary(summary, console)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from miaudit.reporting.compare import (
     rich_table,
     write_compare_html,
 )
+
+if TYPE_CHECKING:
+    from miaudit.results import Summary
 
 console = Console() if sys.stdout.isatty() else Console(width=200)
 
@@ -41,14 +44,13 @@ def compare(
         console.print(f"HTML comparison: {write_compare_html(table, html)}", markup=False)
 
 
-def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
+def html_report(run_dir: Path, summary: Summary) -> Path:
     """``miaudit report --html``: the exposed samples when the run lacks them (rebuilt from the
     run's own data, best effort), then the HTML report."""
     from miaudit.reporting.html import write_html_report
-    from miaudit.results import EXTERNAL_SOURCE
 
-    external = summary.get("config", {}).get("source") == EXTERNAL_SOURCE  # has no inputs
-    if not external and not (Path(run_dir) / "exposed.npz").exists():
+    # outputs made elsewhere have no inputs to show
+    if not summary.external and not (Path(run_dir) / "exposed.npz").exists():
         try:
             exposed_from_config(Path(run_dir), summary)
         except Exception as error:  # the report is still useful without thumbnails
@@ -56,7 +58,7 @@ def html_report(run_dir: Path, summary: dict[str, Any]) -> Path:
     return write_html_report(run_dir, summary)
 
 
-def exposed_from_config(run_dir: Path, summary: dict[str, Any]) -> Path:
+def exposed_from_config(run_dir: Path, summary: Summary) -> Path:
     """Rebuild the run's pool from its config and write exposed.npz for its strongest attack
     (the audit's report stage writes it directly; this serves runs made before it did)."""
     from miaudit.config import validate_config

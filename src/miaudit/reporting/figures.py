@@ -165,3 +165,28 @@ def planner_curves(planned: dict[str, dict[str, Any]], key: str) -> Any:
     axis.grid(True, which="major", linewidth=0.3, alpha=0.5)
     axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return figure
+
+
+def roc_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], aucs: dict[str, float],
+               members: np.ndarray, title: str) -> Any:
+    """The log-log ROC of every attack (``curves``: label -> (fpr, tpr), pooled over
+    targets), with the chance line, as a matplotlib figure (roc.png); ``aucs``: label ->
+    pooled AUC for the legend, ``members``: the pooled ground truth."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8.5, 5), layout="constrained")
+    floor = 1.0 / max(1, int((~members).sum()))
+    count = len(aucs)
+    for (label, auc), color, style in zip(aucs.items(), distinct_colors(count),
+                                          line_styles(count)):
+        fpr, tpr = curves[label]
+        # steps, as the HTML panels and tpr@FPR read the ROC: at an FPR, the largest TPR
+        # whose FPR does not exceed it (a tie group is a jump, not a slanted line)
+        axis.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, color=color,
+                  label=f"{label} (AUC {auc:.3f})", drawstyle="steps-post")
+    axis.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
+    axis.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
+             xlabel="false positive rate", ylabel="true positive rate", title=title)
+    # Outside the axes: inside, a legend of 16 attacks hides the low-FPR region it describes.
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return figure

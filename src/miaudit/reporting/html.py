@@ -25,7 +25,7 @@ from miaudit.reporting import figures
 from miaudit.reporting.planner import planner_section
 from miaudit.reporting.rocs import family_curves
 from miaudit.reporting.run_view import AttackView, Metric, RunView
-from miaudit.results import caveat_lines
+from miaudit.results import Summary
 
 REPORT_FILE = "report.html"
 TABLE_LEVELS = ("0.001%", "0.1%", "1%")
@@ -194,7 +194,7 @@ def attack_table(view: RunView) -> str:
         cells = "".join(metric_cell(attack.tpr(level), rotation) for level in TABLE_LEVELS)
         cells += metric_cell(attack.metric("auc"), rotation)
         cells += metric_cell(attack.metric("balanced_accuracy"), rotation)
-        marker = " *" if attack.raw.get("caveats") else ""
+        marker = " *" if attack.caveats else ""
         rows.append(f'<tr class="{css}"><td>{escape(attack.label)}{marker}</td>'
                     f"<td>{escape(figures.family(attack.name))}</td>{cells}</tr>")
     note = (f"Percent, pooled over targets [95% CI: {view.interval_method}]. "
@@ -204,7 +204,7 @@ def attack_table(view: RunView) -> str:
             "conditional on these trained models. n/m: not measurable (below 1/non-members, "
             "or tied top scores exceed the FPR)."
             + (" Second line: mean ± std across targets." if rotation else ""))
-    caveats = "".join(f'<p class="note">{escape(line)}</p>' for line in caveat_lines(view.summary))
+    caveats = "".join(f'<p class="note">{escape(line)}</p>' for line in view.summary.caveat_lines())
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
             f'<p class="note">{note}</p>{caveats}')
 
@@ -260,22 +260,22 @@ def privacy_section(view: RunView, curves: Curves) -> str:
     from miaudit.privacy.bounds import roc_bound
 
     privacy = view.privacy
-    epsilon, delta = privacy["epsilon"], privacy["delta"]
+    epsilon, delta = privacy.epsilon, privacy.delta
     claim = kv_table({
         "claimed epsilon (largest over targets)": f"{epsilon:.3g}",
         "delta": f"{delta:g}",
-        "noise multiplier": f"{privacy.get('noise_multiplier', float('nan')):.3g}",
-        "sample rate": f"{privacy.get('sample_rate', float('nan')):.3g}",
+        "noise multiplier": f"{privacy.noise_multiplier:.3g}",
+        "sample rate": f"{privacy.sample_rate:.3g}",
     })
     rows = []
     for attack in view.attacks.values():
         audit = attack.empirical_epsilon
-        if not audit:
+        if audit is None:
             continue
-        verdict = audit.get("verdict") or "n/a"
+        verdict = audit.verdict or "n/a"
         css = "bad" if verdict == "contradicted" else "ok"
         rows.append(f"<tr><td>{escape(attack.label)}</td><td class=\"n\">"
-                    f"{audit['epsilon_lower']:.3g}</td><td class=\"n\">{epsilon:.3g}</td>"
+                    f"{audit.epsilon_lower:.3g}</td><td class=\"n\">{epsilon:.3g}</td>"
                     f'<td class="{css}">{escape(verdict)}</td></tr>')
     table = ("<table><tr><th>attack</th><th>empirical ε lower bound (95%)</th>"
              f"<th>claimed ε</th><th>verdict</th></tr>{''.join(rows)}</table>")
@@ -295,7 +295,7 @@ def privacy_section(view: RunView, curves: Curves) -> str:
         figure = (f"<figure>{svg}<figcaption>No attack's ROC may rise above the dotted bound "
                   "TPR ≤ min(e^ε FPR + δ, 1 − e^−ε (1 − δ − FPR)) (Kairouz et al. 2015, "
                   f"Thm. 2.1); it allows TPR 1 from FPR {full:.1e} on.</figcaption></figure>")
-    note = escape(privacy.get("note", ""))
+    note = escape(privacy.note)
     return (f'<div class="cols"><div>{claim}<h3>claimed vs empirical ε</h3>{table}'
             f'<p class="note">{note}</p></div><div>{figure}</div></div>')
 
@@ -371,7 +371,7 @@ def render_html(view: RunView) -> str:
     if view.privacy:
         parts.append(section("Differential privacy: claimed vs empirical",
                              privacy_section(view, curves), "privacy"))
-    planner = view.summary.get("reference_planner")
+    planner = view.summary.reference_planner
     if planner and planner.get("attacks"):
         parts.append(section("How many reference models", planner_section(planner), "planner"))
     if view.memorization is not None:
@@ -389,7 +389,7 @@ def render_html(view: RunView) -> str:
             + "".join(parts) + "</main></body></html>\n")
 
 
-def write_html_report(run_dir: Path, summary: dict[str, Any] | None = None, *,
+def write_html_report(run_dir: Path, summary: Summary | None = None, *,
                       out: Path | None = None) -> Path:
     """Write the self-contained HTML report of the run in ``run_dir`` (``summary``: its
     results.json contents, read from disk when None) to ``out`` (default

@@ -1,8 +1,8 @@
 """Read-only view of a finished run directory for the HTML report and the run comparison.
 
-This is the one module of :mod:`miaudit.reporting` that knows the layout of ``results.json``
-and of the run directory (keys such as ``"pooled"``, ``"tpr@0.1%_ci"``, ``"target_models"``);
-everything else asks a :class:`RunView`. When the results schema changes, adapt this file.
+This is the one module of :mod:`miaudit.reporting` that reads the results records
+(:class:`miaudit.results.Summary`) and the run directory; everything else asks a
+:class:`RunView`. When the results schema changes, adapt this file.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ import numpy as np
 from miaudit.errors import RunDirError
 from miaudit.io import path_problem, read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
-from miaudit.results import EXTERNAL_SOURCE, read_results
+from miaudit.results import (
+    AttackRecord,
+    EmpiricalEpsilon,
+    Privacy,
+    Summary,
+    parse_summary,
+    read_results,
+)
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -43,18 +50,23 @@ class AttackView:
     """One attack of a run, as the report reads it."""
 
     label: str
-    name: str
-    options: dict[str, Any]
-    raw: dict[str, Any]
+    record: AttackRecord
+
+    @property
+    def name(self) -> str:
+        return self.record.attack
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.record.options)
 
     def metric(self, key: str) -> Metric:
         """``key`` e.g. "tpr@0.1%", "auc": pooled value [CI], mean and std over targets."""
-        pooled = self.raw["pooled"]
-        interval, conditional, band = (pooled.get(f"{key}_ci{suffix}") for suffix in (
-            "", "_conditional", "_simultaneous"))
-        mean, std = self.raw.get("mean", {}).get(key), self.raw.get("std", {}).get(key)
-        return Metric(float(pooled[key]), tuple(interval) if interval else None, mean, std,
-                      pooled.get(f"{key}_measurable") is not False,
+        record = self.record
+        interval, conditional, band = (record.interval(key, kind) for kind in (
+            "", "conditional", "simultaneous"))
+        return Metric(float(record.pooled[key]), tuple(interval) if interval else None,
+                      record.mean.get(key), record.std.get(key), record.measurable(key),
                       tuple(conditional) if conditional else None,
                       tuple(band) if band else None)
 
@@ -63,12 +75,12 @@ class AttackView:
 
     @property
     def auc(self) -> float:
-        return float(self.raw["pooled"]["auc"])
+        return self.record.auc
 
     @property
     def per_class(self) -> dict[int, dict[str, Any]]:
-        """{class index: summary or counts}; JSON turned the class keys into strings."""
-        return {int(k): v for k, v in self.raw.get("per_class", {}).items()}
+        """{class index: metrics or counts only}."""
+        return dict(self.record.per_class)
 
     def class_metric(self, row: dict[str, Any], key: str) -> Metric | None:
         if key not in row:
@@ -78,8 +90,12 @@ class AttackView:
                       measurable=row.get(f"{key}_measurable") is not False)
 
     @property
-    def empirical_epsilon(self) -> dict[str, Any] | None:
-        return self.raw.get("empirical_epsilon")
+    def caveats(self) -> list[str]:
+        return self.record.caveats
+
+    @property
+    def empirical_epsilon(self) -> EmpiricalEpsilon | None:
+        return self.record.empirical_epsilon
 
 
 @dataclass(frozen=True)
@@ -96,42 +112,42 @@ class Accuracy:
 class RunView:
     """A finished run: ``results.json`` plus the arrays the report plots."""
 
-    def __init__(self, root: Path, summary: dict[str, Any] | None = None):
+    def __init__(self, root: Path, summary: Summary | None = None):
         self.root = Path(root)
         if summary is None:
             path = self.root / "results.json" if self.root.is_dir() else self.root
             if not path.is_file():
                 raise RunDirError(f"{path_problem(path)}: give a run directory or its "
                                   "results.json (run `miaudit audit` first)")
-            summary = read_results(path)
+            summary = parse_summary(read_results(path), path)
             self.root = path.parent
         self.summary = summary
 
     # -- identity and settings ------------------------------------------------------------
     @property
     def name(self) -> str:
-        return str(self.summary.get("name", self.root.name))
+        return self.summary.name
 
     @property
     def config(self) -> dict[str, Any]:
-        return self.summary.get("config", {})
+        return self.summary.config
 
     @property
     def targets(self) -> list[int]:
-        return [int(t) for t in self.summary["targets"]]
+        return list(self.summary.targets)
 
     @property
     def num_models(self) -> int:
-        return int(self.summary["num_models"])
+        return self.summary.num_models
 
     @property
     def protocol(self) -> str:
-        return str(self.summary.get("protocol", self.config.get("protocol", "?")))
+        return self.summary.protocol
 
     @property
     def external(self) -> bool:
         """Scored from outputs made elsewhere (``miaudit score``): no config, no inputs."""
-        return self.config.get("source") == EXTERNAL_SOURCE
+        return self.summary.external
 
     def external_settings(self) -> dict[str, str]:
         """What a ``miaudit score`` run knows about itself: the outputs, not how they were
@@ -139,13 +155,13 @@ class RunView:
         summary = self.summary
         return {
             "run": self.name,
-            "data": f"outputs made elsewhere: {summary.get('pool_size', '?')} samples, "
-                    f"{summary.get('audited_size', '?')} scored, "
-                    f"{summary.get('population_size', 0)} population",
+            "data": f"outputs made elsewhere: {summary.pool_size} samples, "
+                    f"{_or(summary.audited_size, '?')} scored, "
+                    f"{_or(summary.population_size, 0)} population",
             "models": ", ".join(map(str, self.config.get("models", []))) or "?",
             "protocol": f"{self.protocol}: {len(self.targets)} target(s), "
                         f"{self.num_models} models",
-            "queries": ", ".join(summary.get("queries", [])),
+            "queries": ", ".join(summary.queries),
         }
 
     def settings(self) -> dict[str, str]:
@@ -157,7 +173,7 @@ class RunView:
         rows = {
             "run": self.name,
             "data": _spec(data.get("name", "?"), data.get("options"))
-            + f", pool '{data.get('pool', '?')}' of {self.summary.get('pool_size', '?')} samples",
+            + f", pool '{data.get('pool', '?')}' of {self.summary.pool_size} samples",
             "model": _spec(model.get("name", "?"), model.get("options"))
             + f", width {model.get('width', '?')}",
             "training": _spec(train.get("recipe", "?"), train.get("recipe_options"))
@@ -167,7 +183,7 @@ class RunView:
             f"{train.get('optimizer', '?')} lr {train.get('lr', '?')}",
             "protocol": f"{self.protocol}: {len(self.targets)} target(s), "
             f"{self.num_models} models",
-            "queries": ", ".join(self.summary.get("queries", [])),
+            "queries": ", ".join(self.summary.queries),
         }
         if cfg.get("reference_model") or cfg.get("reference_train"):
             reference = cfg.get("reference_model") or model
@@ -180,18 +196,17 @@ class RunView:
         """Who wrote the run and when: version, seed, device, time, hashes, run directory."""
         from miaudit.version import __version__
 
-        timing = self.summary.get("timing", {})
-        written = self.summary.get("finished_at") or _mtime(self.root / "results.json")
+        timing = self.summary.timing
         rows = {
-            "miaudit": self.summary.get("miaudit_version", __version__),
+            "miaudit": __version__,
             "seed": str(self.config.get("seed", "?")),
-            "device": str(timing.get("device", self.config.get("device", "?"))),
-            "results written": written,
-            "time (this run)": (f"{timing['total_seconds_this_run']:.1f} s (training "
-                                f"{timing['train_seconds_this_run']:.1f} s, attacks "
-                                f"{timing['attack_seconds']:.1f} s)") if timing else "n/a",
-            "run identity": str(self.summary.get("run_identity", "?"))[:16],
-            "run directory": str(self.summary.get("run_dir", self.root)),
+            "device": timing.device if timing else str(self.config.get("device", "?")),
+            "results written": _mtime(self.root / "results.json"),
+            "time (this run)": (f"{timing.total_seconds_this_run:.1f} s (training "
+                                f"{timing.train_seconds_this_run:.1f} s, attacks "
+                                f"{timing.attack_seconds:.1f} s)") if timing else "n/a",
+            "run identity": _or(self.summary.run_identity, "?")[:16],
+            "run directory": self.summary.run_dir,
             "python": platform.python_version(),
         }
         if self.external:  # the models were trained and queried elsewhere
@@ -202,9 +217,8 @@ class RunView:
     # -- metrics --------------------------------------------------------------------------
     @cached_property
     def attacks(self) -> dict[str, AttackView]:
-        return {label: AttackView(label, str(a.get("attack", label)), dict(a.get("options") or {}),
-                                  a)
-                for label, a in self.summary["attacks"].items()}
+        return {label: AttackView(label, record)
+                for label, record in self.summary.attacks.items()}
 
     def best_attack(self) -> AttackView:
         """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC); attacks
@@ -215,29 +229,27 @@ class RunView:
     @property
     def interval_method(self) -> str:
         """What the pooled intervals cover (results.json's ``ci_method``)."""
-        first = next(iter(self.attacks.values())).raw["pooled"]
-        return str(first.get("ci_method", "exact Clopper-Pearson, conditional on these "
-                                          "trained models (results written before issue 23)"))
+        method = next(iter(self.attacks.values())).record.ci_method
+        return method or ("exact Clopper-Pearson, conditional on these trained models "
+                          "(results written before issue 23)")
 
     @property
     def accuracy(self) -> Accuracy:
-        stats = self.summary["target_models"]
-        return Accuracy(stats["train_accuracy"], stats["test_accuracy"],
-                        stats["generalization_gap"], stats.get("train_accuracy_std"),
-                        stats.get("test_accuracy_std"))
+        stats = self.summary.target_models
+        return Accuracy(stats.train_accuracy, stats.test_accuracy, stats.generalization_gap,
+                        stats.train_accuracy_std, stats.test_accuracy_std)
 
     @property
     def robust_accuracy(self) -> dict[str, float]:
-        stats = self.summary["target_models"]
-        return {k: v for k, v in stats.items() if k.endswith(("natural_acc", "robust_acc"))}
+        return self.summary.target_models.robust_accuracy()
 
     @property
     def seconds_per_model(self) -> float | None:
-        return self.summary["target_models"].get("train_seconds_mean")
+        return self.summary.target_models.train_seconds_mean
 
     @property
-    def privacy(self) -> dict[str, Any] | None:
-        return self.summary.get("privacy")
+    def privacy(self) -> Privacy | None:
+        return self.summary.privacy
 
     # -- artefacts ------------------------------------------------------------------------
     @cached_property
@@ -246,32 +258,31 @@ class RunView:
         the stored scores)."""
         from miaudit.rundir import audited_members
 
-        return audited_members(self.root, self.summary)
+        return audited_members(self.root, self.summary.targets)
 
     def has_scores(self) -> bool:
-        return (self.root / str(self.summary.get("scores_dir", "-"))).is_dir() and \
+        return (self.root / _or(self.summary.scores_dir, "-")).is_dir() and \
             (self.root / "keep.npy").exists()
 
     def scores(self, label: str) -> np.ndarray:
         """(T, A) per-sample scores of attack ``label`` (higher = member)."""
         from miaudit.rundir import read_scores
 
-        return read_scores(self.root, self.summary, label)
+        return read_scores(self.root, self.summary.scores_dir, label)
 
     def model_accuracies(self) -> list[dict[str, float]]:
         """Train/test accuracy of every target model (recorded by the score stage)."""
-        stats = self.summary["target_models"]
+        stats = self.summary.target_models
         return [{"index": int(t), "train": float(train), "test": float(test)}
-                for t, train, test in zip(self.targets, stats.get("per_target_train", []),
-                                          stats.get("per_target_test", []))]
+                for t, train, test in zip(self.targets, stats.per_target_train,
+                                          stats.per_target_test)]
 
     @property
     def memorization(self) -> dict[str, Any] | None:
         """The memorization analysis of this scores generation (an older one is ignored)."""
         path = self.root / "memorization.json"
         table = read_json(path) if path.exists() else None
-        return table if table and table.get("scores_dir") == self.summary.get("scores_dir") \
-            else None
+        return table if table and table.get("scores_dir") == self.summary.scores_dir else None
 
     def file_bytes(self, name: str) -> bytes | None:
         path = self.root / name
@@ -291,6 +302,11 @@ class RunView:
     def class_names(self) -> list[str] | None:
         exposed = self.exposed()
         return None if exposed is None else [str(c) for c in exposed["class_names"]]
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``value``, or ``default`` where the record has none (a field older layouts lack)."""
+    return default if value is None else value
 
 
 def _spec(name: str, options: dict[str, Any] | None) -> str:

@@ -8,7 +8,6 @@ identity and dry-build every architecture, so that bad input fails before any tr
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
+from miaudit.machine import physical_memory_bytes
 from miaudit.modeljob import ModelJob, build_architecture
 from miaudit.parents import parent_configs
 from miaudit.planning import Plan, make_plan, make_split, model_seed
@@ -215,14 +215,6 @@ def score_memory_bytes(models: int, pool: int, queries: int, classes: int) -> in
     """Peak bytes of the score stage: the keep matrix (bool), every model's float32 outputs,
     and the float64 signals the attacks derive from them (log-softmax over the classes)."""
     return models * pool * (1 + queries * classes * (4 + 8))
-
-
-def physical_memory_bytes() -> int:
-    """The machine's physical memory (POSIX sysconf), or 64 GiB where it cannot be asked."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):  # not POSIX (Windows)
-        return 64 << 30
 
 
 def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig, TrainConfig]:

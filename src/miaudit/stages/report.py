@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from miaudit.results import Summary
 from miaudit.rundir import RunDir, read_scores
 from miaudit.stages.plan import Audit
 
 
-def report_stage(run: RunDir, planned: Audit, summary: dict[str, Any]) -> None:
+def report_stage(run: RunDir, planned: Audit, summary: Summary) -> None:
     """The report stage: plots, the most exposed samples and the HTML report."""
     from miaudit.report import render_plots
     from miaudit.reporting import write_exposed_samples, write_html_report
@@ -17,8 +16,8 @@ def report_stage(run: RunDir, planned: Audit, summary: dict[str, Any]) -> None:
     render_plots(run.root, summary)
     audited, pool = planned.plan.split.audited, planned.pool
     best = RunView(run.root, summary).best_attack().label
-    write_exposed_samples(run.root, read_scores(run.root, summary, best),
-                          planned.plan.keep[summary["targets"]][:, audited],
+    write_exposed_samples(run.root, read_scores(run.root, summary.scores_dir, best),
+                          planned.plan.keep[summary.targets][:, audited],
                           pool.x.numpy()[audited] if pool.is_image else None,
                           pool.y.numpy()[audited], pool.class_names, attack=best,
                           texts=[pool.texts[i] for i in audited] if pool.is_text else None)

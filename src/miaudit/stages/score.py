@@ -17,7 +17,8 @@ from miaudit.io import write_json
 from miaudit.label_queries import protect_decision_columns
 from miaudit.planning import Plan
 from miaudit.queries import CLEAN_QUERY, clean_column
-from miaudit.rundir import RunDir, scores_name
+from miaudit.results import Privacy
+from miaudit.rundir import LAYOUT, RunDir, scores_name
 from miaudit.scoring import accuracy_stats, score_attacks
 from miaudit.stages.evaluate import Evaluated
 from miaudit.stages.plan import Audit
@@ -108,9 +109,10 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     labels, logits = data.labels, data.logits
     targets = list(plan.targets)
     privacy = trained.privacy
+    claim = Privacy.model_validate(privacy) if privacy else None  # empirical bounds need it
     with run.new_scores() as folder:
         attacks = score_attacks(data, cfg.attacks, targets, plan.references,
-                                plan.split.audited, folder, privacy)
+                                plan.split.audited, folder, claim)
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
@@ -122,7 +124,7 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         stats["accuracy_query"] = query
     stats["train_seconds_mean"] = trained.train_seconds_mean
     return {
-        "layout": 2, "name": cfg.run_name(), "run_dir": str(run.root),
+        "layout": LAYOUT, "name": cfg.run_name(), "run_dir": str(run.root),
         "run_identity": planned.run_identity, "protocol": cfg.protocol, "targets": targets,
         "num_models": len(plan.keep), "pool_size": int(len(labels)),
         "audited_size": int(len(plan.split.audited)),

@@ -1,0 +1,128 @@
+"""The typed results records (miaudit.results): every committed results.json loads, no key is
+undeclared, the file on disk does not depend on the models, and the module imports that
+formed cycles do not."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from miaudit import metrics
+from miaudit.io import DIGEST_KEY, read_digested_json, text_digest
+from miaudit.results import LAYOUT, AttackRecord, Summary, read_results, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(ROOT.glob("experiments/**/*.results.json"))
+
+
+def _record(path):
+    record = json.loads(path.read_text())
+    record.pop(DIGEST_KEY, None)
+    return record
+
+
+def test_there_are_committed_results_of_both_layouts():
+    layouts = {_record(path).get("layout", 1) for path in COMMITTED}
+    assert len(COMMITTED) >= 10 and layouts == {1, LAYOUT}
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_committed_results_file_loads_typed(path):
+    record = _record(path)
+    summary = Summary.model_validate(record)  # extra="forbid": every key is declared
+    assert summary.layout == record.get("layout", 1)
+    assert set(summary.attacks) == set(record["attacks"])
+    for label, attack in summary.attacks.items():
+        raw = record["attacks"][label]
+        assert attack.auc == raw["pooled"]["auc"] and attack.caveats == raw.get("caveats", [])
+        for level in metrics.DEFAULT_FPR_LEVELS:
+            key = metrics.tpr_key(level)
+            if key not in raw["pooled"]:
+                continue
+            expected = None if raw["pooled"].get(f"{key}_measurable") is False \
+                else raw["pooled"][key]
+            assert attack.tpr_at(level) == expected
+    assert summary.target_models.test_accuracy == record["target_models"]["test_accuracy"]
+    assert summary.timing.device == record["timing"]["device"]
+
+
+def test_a_sealed_record_is_rewritten_byte_for_byte(tmp_path):
+    sealed = [path for path in COMMITTED if DIGEST_KEY in json.loads(path.read_text())]
+    assert sealed
+    for path in sealed:
+        record, problem = read_digested_json(path)
+        assert problem is None  # the digest inside the file still verifies
+        Summary.model_validate(record)
+        write_results(tmp_path / "again.json", read_results(path))
+        assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+        assert json.loads(path.read_text())[DIGEST_KEY] == text_digest(record)
+
+
+def test_unknown_keys_and_incomplete_layout_2_records_are_refused():
+    record = _record(next(p for p in COMMITTED if _record(p).get("layout") == LAYOUT))
+    with pytest.raises(ValidationError, match="surprise"):
+        Summary.model_validate({**record, "surprise": 1})
+    with pytest.raises(ValidationError, match="surprise"):
+        Summary.model_validate({**record, "target_models": {**record["target_models"],
+                                                            "surprise": 1}})
+    without = {key: value for key, value in record.items() if key != "scores_dir"}
+    with pytest.raises(ValidationError, match="scores_dir"):
+        Summary.model_validate(without)
+
+
+def test_tpr_at_is_a_fraction_and_none_where_not_measurable():
+    # hand-made pooled metrics: TPR 25% at FPR 0.1%, the 0.001% level below 1/non-members
+    attack = AttackRecord(
+        attack="loss", options={}, per_target=[], per_class={}, min={}, max={},
+        pooled={"auc": 0.6, "tpr@0.1%": 0.25, "tpr@0.1%_ci": [0.2, 0.3],
+                "tpr@0.001%": 0.5, "tpr@0.001%_measurable": False},
+        mean={"auc": 0.61, "tpr@0.1%": 0.24}, std={"auc": 0.01, "tpr@0.1%": 0.02})
+    assert attack.tpr_at(1e-3) == 0.25 and attack.tpr_at(1e-3, "mean") == 0.24
+    assert attack.tpr_at(1e-5) is None and not attack.measurable("tpr@0.001%")
+    assert attack.interval("tpr@0.1%") == [0.2, 0.3]
+    assert attack.interval("tpr@0.1%", "simultaneous") is None
+    assert attack.value("auc", "std") == 0.01
+
+
+def _import_cycles(src: Path) -> list[set[str]]:
+    """Strongly connected components (more than one module) of miaudit's import graph, every
+    import counted (function-level ones too)."""
+    modules = {}
+    for path in src.rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    edges = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{alias.name}"
+                           if f"{node.module}.{alias.name}" in modules else node.module
+                           for alias in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in modules and t != name}
+
+    def reach(start):
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    reachable = {name: reach(name) for name in modules}
+    cycles = {frozenset({b for b in reachable[a] if a in reachable[b]} | {a})
+              for a in modules if a in reachable[a]}
+    return [set(cycle) for cycle in cycles]
+
+
+@pytest.mark.parametrize("pair", [("miaudit.external", "miaudit.external_text"),
+                                  ("miaudit.report", "miaudit.results"),
+                                  ("miaudit.stages.plan", "miaudit.text_audit")])
+def test_modules_that_imported_each_other_are_in_no_cycle(pair):
+    cycles = _import_cycles(ROOT / "src")
+    assert not [cycle for cycle in cycles if set(pair) & cycle], cycles
