@@ -31,15 +31,18 @@ must cover what a rerun with new models would see):
   sqrt(n).
 - Spearman's rho: Fisher's z with Bonett & Wright's (2000) variance (1 + rho^2 / 2) / (n - 3).
 
-Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the
-paper's direction, *not reproduced* when they separate the other way, *inconclusive* when they
-overlap. A "similar" claim (the paper reports no difference) is *reproduced* when the
-intervals overlap. A claim whose metrics disagree is *mixed* (each metric's verdict named). A
-row whose models fall below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a
-*failed run* and decides nothing. A claim that lists seeds (issue 26 item 5: its rows rerun in
-one experiment per seed) is decided at each: its verdict stands only when two seeds or more ran
-and agree ("reproduced (seeds 0, 1)"); one seed says "(one seed)", disagreement "seeds
-disagree".
+Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the paper's
+direction, *not reproduced* when they separate the other way, *inconclusive* when they overlap.
+Two attacks of one run (same targets, same samples; results.json written since the paired
+differences were added) are compared by the paired-bootstrap interval of their difference
+instead (``differences`` in results.json, :func:`miaudit.intervals.add_paired_differences`):
+reproduced when it excludes 0 in the paper's direction. A "similar" claim (the paper reports no
+difference) is *reproduced* when the intervals overlap. A claim whose metrics disagree is
+*mixed* (each metric's verdict named). A row whose models fall below their family's
+test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and decides nothing. A claim that
+lists seeds (issue 26 item 5: its rows rerun in one experiment per seed) is decided at each:
+its verdict stands only when two seeds or more ran and agree ("reproduced (seeds 0, 1)"); one
+seed says "(one seed)", disagreement "seeds disagree".
 """
 
 from __future__ import annotations
@@ -312,7 +315,30 @@ def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[
         return "not run", "-"
     if theirs is NOT_MEASURABLE:
         return "not measurable", f"{fmt(metric, ours)} vs n/m"
-    return compare(ours, theirs, claim.kind), f"{fmt(metric, ours)} vs {fmt(metric, theirs)}"
+    text = f"{fmt(metric, ours)} vs {fmt(metric, theirs)}"
+    if claim.kind == "greater" and (difference := paired_difference(high, low, metric)):
+        low_end, high_end = difference["ci"]
+        verdict = ("reproduced" if low_end > 0 else "not reproduced" if high_end < 0
+                   else "inconclusive")
+        return verdict, f"{text}, paired {fmt_difference(metric, difference)}"
+    return compare(ours, theirs, claim.kind), text
+
+
+def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
+    """high - low on ``metric`` with its paired-bootstrap interval, when both rows are
+    attacks of one run (same targets, same samples: results.json's ``differences``)."""
+    if (high.experiment, high.stem) != (low.experiment, low.stem):
+        return None
+    summary = load(high.experiment, high.stem) or {}
+    record = summary.get("attacks", {}).get(high.attack, {})
+    return (record.get("differences") or {}).get(low.attack, {}).get(metric)
+
+
+def fmt_difference(metric: str, difference: dict) -> str:
+    scale, digits = (1, 3) if metric == "auc" else (100, 2)
+    low_end, high_end = (scale * v for v in difference["ci"])
+    return (f"{scale * difference['value']:+.{digits}f} "
+            f"[{low_end:+.{digits}f}, {high_end:+.{digits}f}]")
 
 
 def floor_family(row: Row) -> str:
