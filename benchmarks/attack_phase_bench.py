@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+from record import recorded
 from stored_run import load_run
 
 from miaudit import intervals, metrics
@@ -83,4 +84,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with recorded(__file__):
+        main(sys.argv[1:])

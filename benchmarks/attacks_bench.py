@@ -32,6 +32,7 @@ import threading
 import time
 
 import numpy as np
+from record import recorded
 
 from miaudit.attacks import AttackInput
 from miaudit.registry import ATTACKS, parse_spec
@@ -260,4 +261,5 @@ def _auc(scores: np.ndarray, members: np.ndarray) -> float:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with recorded(__file__):
+        main(sys.argv[1:])

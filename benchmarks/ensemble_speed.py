@@ -11,6 +11,7 @@ import statistics
 import time
 
 import torch
+from record import recorded
 
 from miaudit.models import build_model
 from miaudit.registry import DATASETS
@@ -54,4 +55,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

@@ -21,6 +21,7 @@ import argparse
 import time
 
 import numpy as np
+from record import recorded
 
 from miaudit import intervals, metrics
 from miaudit.analysis.synthetic_world import World, coverage_study
@@ -88,4 +89,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

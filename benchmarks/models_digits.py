@@ -14,6 +14,7 @@ import argparse
 import time
 
 import torch
+from record import recorded
 
 from miaudit.models import build_model
 from miaudit.models.sde import sde_parameters
@@ -65,4 +66,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

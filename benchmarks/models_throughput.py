@@ -16,6 +16,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from record import recorded
 
 from miaudit.models import build_model
 
@@ -66,4 +67,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

@@ -1,6 +1,6 @@
 """Accuracy and leakage parity of train.precision bf16 against fp32 (issue 25, item 2).
 
-Runs the ResNet-14 and ODENet audits of ``experiments/paper_a_headline`` (CIFAR-10, rotation)
+Runs the ResNet-14 and ODENet audits of ``experiments/papers/A/headline`` (CIFAR-10, rotation)
 at fp32 and bf16 for several seeds, optionally reduced (``--set`` overrides, e.g. fewer models,
 a smaller pool or fewer epochs), appends one JSON line per finished audit to ``--log`` and
 prints the table (``--table`` prints it from the log without running anything):
@@ -26,10 +26,11 @@ import time
 from pathlib import Path
 
 import yaml
+from record import recorded
 
 from miaudit.results import Summary
 
-HEADLINE = Path(__file__).resolve().parents[1] / "experiments" / "paper_a_headline"
+HEADLINE = Path(__file__).resolve().parents[1] / "experiments" / "papers" / "A" / "headline"
 CONFIGS = {"resnet14": "1_resnet14.yaml", "odenet": "2_odenet.yaml"}
 ATTACKS = ["loss", "lira", "lira:offline=true,fixed_variance=true"]
 LIRA = ("lira", "lira:offline=true,fixed_variance=true")
@@ -122,4 +123,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

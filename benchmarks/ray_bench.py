@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from record import recorded
 
 from miaudit.data import make_pool
 from miaudit.executors import Job, LocalExecutor, resolve
@@ -105,4 +106,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

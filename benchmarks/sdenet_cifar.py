@@ -20,6 +20,7 @@ import os
 import time
 
 import torch
+from record import recorded
 
 from miaudit.models import build_model
 from miaudit.models.sde import SDEBlock
@@ -64,4 +65,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

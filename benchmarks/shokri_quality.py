@@ -23,6 +23,7 @@ import sys
 import time
 
 import numpy as np
+from record import recorded
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 from miaudit import metrics
@@ -110,4 +111,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with recorded(__file__):
+        main(sys.argv[1:])

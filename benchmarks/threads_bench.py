@@ -13,6 +13,7 @@ import statistics
 import time
 
 import torch
+from record import recorded
 
 from miaudit.models import build_model
 from miaudit.registry import DATASETS
@@ -50,4 +51,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

@@ -31,6 +31,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from record import recorded
 from torch.utils.flop_counter import FlopCounterMode
 
 from miaudit.models import build_model
@@ -182,4 +183,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recorded(__file__):
+        main()

@@ -1,12 +1,16 @@
 """The three studies' claims, checked against the committed experiment outputs (issue 17).
 
-    python experiments/claims.py   # appends to every experiment's outputs/summary.md the rows
-                                   # beside the paper's and the verdicts, and writes the claims
-                                   # table at the top of experiments/README.md
+    python experiments/claims.py          # appends to every experiment's outputs/summary.md the
+                                          # rows beside the paper's and the verdicts, and writes
+                                          # the claims table at the top of experiments/README.md
+    python experiments/claims.py --queue  # the experiments to run, in order (queue.sh)
+    python experiments/claims.py --plan   # what each still has to run, and the claims waiting
 
-Reads only committed files (``experiments/*/outputs/*.results.json`` and
-``*.memorization.json``); nothing is retrained. Every claim compares two rows (a model under
-one attack) on one metric. Intervals (95%) for TPR at a fixed FPR and AUC (issue 23: they
+The paper numbers, rows, claims, accuracy floors and the run queue are data:
+``experiments/claims.yaml`` (its header gives the schema). Reads only committed files
+(``<experiment>/outputs/*.results.json`` and ``*.memorization.json``, experiments under
+``papers/`` and ``archive/``); nothing is retrained. Every claim compares two rows (a model
+under one attack) on one metric. Intervals (95%) for TPR at a fixed FPR and AUC (issue 23: they
 must cover what a rerun with new models would see):
 
 - results.json written with the crossed bootstrap (``pooled["ci_method"]`` present): its
@@ -27,21 +31,29 @@ must cover what a rerun with new models would see):
   sqrt(n).
 - Spearman's rho: Fisher's z with Bonett & Wright's (2000) variance (1 + rho^2 / 2) / (n - 3).
 
-Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the
-paper's direction, *not reproduced* when they separate the other way, *inconclusive* when they
-overlap. A "similar" claim (the paper reports no difference) is *reproduced* when the
-intervals overlap. A claim whose metrics disagree is *mixed* (each metric's verdict named). A
-row whose models fall below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a
-*failed run* and decides nothing.
+Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the paper's
+direction, *not reproduced* when they separate the other way, *inconclusive* when they overlap.
+Two attacks of one run (same targets, same samples; results.json written since the paired
+differences were added) are compared by the paired-bootstrap interval of their difference
+instead (``differences`` in results.json, :func:`miaudit.intervals.add_paired_differences`):
+reproduced when it excludes 0 in the paper's direction. A "similar" claim (the paper reports no
+difference) is *reproduced* when the intervals overlap. A claim whose metrics disagree is
+*mixed* (each metric's verdict named). A row whose models fall below their family's
+test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and decides nothing. A claim that
+lists seeds (issue 26 item 5: its rows rerun in one experiment per seed) is decided at each:
+its verdict stands only when two seeds or more ran and agree ("reproduced (seeds 0, 1)"); one
+seed says "(one seed)", disagreement "seeds disagree".
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import yaml
 from scipy.stats import norm, t
 
 from miaudit.intervals import hanley_mcneil_variance, target_summary_interval
@@ -50,10 +62,7 @@ from miaudit.privacy.bounds import roc_bound
 
 HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"
-#: Issue 26's test-accuracy floors (natural accuracy for adversarial training; 10% is chance):
-#: a CIFAR-10 family below its floor learned too little for its leakage to decide a claim, so
-#: the row is a *failed run*. The papers' models reach 82-91%.
-FLOORS = {"ResNet-14": 0.65, "ODE/SDE": 0.60, "SNN/ANN twin": 0.60, "adversarial": 0.50}
+DATA = HERE / "claims.yaml"  # floors, queue, rows and claims (its header gives the schema)
 ODE_MODELS = ("odenet", "odenet64", "sdenet", "sonode", "anode", "hbnode")
 ADVERSARIAL_RECIPES = ("pgd_at", "trades")
 NAN = float("nan")
@@ -63,6 +72,10 @@ METRIC_NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC", "gap":
                 "bin_tpr_low": "TPR@0.1%, memorization 0", "bin_tpr_high":
                 "TPR@0.1%, memorization > 0.5", "test_accuracy": "test acc",
                 "robust_accuracy": "robust acc"}
+ACCURACIES = ("train_accuracy", "test_accuracy", "robust_accuracy")  # printed in percent
+PAPER_METRICS = ("tpr@0.1%", "tpr@1%", "auc", "rho_members", "rho_nonmembers", *ACCURACIES)
+KINDS = ("greater", "similar", "under_bound", "exceeds_bound", "near_zero", "positive", "within")
+DEFAULT_METRICS = ("tpr@0.1%", "tpr@1%", "auc")
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,7 @@ class Row:
     attack: str = "lira"
     paper: dict[str, float] = field(default_factory=dict)
     paper_accuracy: tuple[float, float] | None = None  # train, test (percent)
+    planned: bool = False  # its config is not committed yet
 
     def paper_values(self) -> dict[str, float]:
         """The paper's numbers, with the train - test gap derived from its accuracies."""
@@ -88,219 +102,78 @@ class Claim:
     source: str  # "A, Tab. 1"
     high: str  # row label claimed higher (for "similar": either)
     low: str
-    metrics: tuple[str, ...] = ("tpr@0.1%", "tpr@1%", "auc")
-    kind: str = "greater"  # greater | similar | under_bound | exceeds_bound | near_zero
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    kind: str = "greater"  # one of KINDS
     epsilon: float = 1.0  # the bound claims' (epsilon, 1e-5)
     note: str = ""
+    seeds: dict[int, str] = field(default_factory=dict)  # seed -> experiment of the rows
 
 
-def pct(*values: float) -> dict[str, float]:
-    """Paper numbers as printed: TPR@0.1% and TPR@1% in percent, AUC as a fraction."""
-    return {"tpr@0.1%": values[0] / 100, "tpr@1%": values[1] / 100, "auc": values[2]}
+# -- the data file ---------------------------------------------------------------------------------
+def checked_keys(entry: dict, allowed: set[str], what: str) -> dict:
+    """``entry`` if its keys are known; a data-file typo fails loudly, naming the entry."""
+    unknown = set(entry) - allowed
+    if unknown:
+        raise ValueError(f"{DATA.name}: {what} {entry!r} has unknown keys {sorted(unknown)}")
+    return entry
 
 
-# -- the rows: our experiments beside the papers' tables (../shared/reference/PAPER_TABLES.md)
-A_ROWS = [
-    Row("ResNet-14", "paper_a_headline", "1_resnet14", paper=pct(3.96, 10.57, 0.679),
-        paper_accuracy=(98.14, 85.97)),
-    Row("ODENet-16-32-64", "paper_a_headline", "2_odenet", paper=pct(1.01, 4.22, 0.616),
-        paper_accuracy=(94.30, 84.41)),
-    Row("SDENet sigma=2", "paper_a_headline", "5_sdenet_sigma2", paper=pct(0.14, 1.24, 0.525),
-        paper_accuracy=(81.89, 81.91)),
-    # k = 0.5 at s = 4 steps is sigma = 1; Table 9's nearest row: s = 8, T = 1, k = 0.5, sigma 1.4
-    Row("SDENet k=0.5 (sigma=1)", "paper_a_headline", "3_sdenet_k0.5",
-        paper=pct(0.15, 1.37, 0.527), paper_accuracy=(83.27, 82.38)),
-    Row("SDENet sigma=0", "paper_a_headline", "4_sdenet_k0", paper=pct(0.35, 2.02, 0.559),
-        paper_accuracy=(89.09, 83.93)),
-    Row("ResNet-14 + L1 1e-5", "paper_a_defenses", "1_l1", paper=pct(1.06, 4.77, 0.641),
-        paper_accuracy=(97.39, 86.48)),
-    Row("ResNet-14 + L2 1e-5", "paper_a_defenses", "2_l2", paper=pct(2.36, 7.81, 0.675),
-        paper_accuracy=(98.84, 86.60)),
-    Row("ResNet-14 + MMD + mix-up", "paper_a_defenses", "3_mixup_mmd",
-        paper=pct(2.03, 7.09, 0.628), paper_accuracy=(95.10, 87.39)),
-    Row("ResNet-14 + MemGuard (label only)", "paper_a_defenses", "4_memguard_label_only",
-        paper=pct(0.0, 0.0, 0.580), paper_accuracy=(98.14, 85.97)),
-    Row("ResNet-14 -> SDE block, finetuned", "paper_a_replace_finetune", "1_replace_finetune",
-        paper_accuracy=(NAN, 84.0)),
-    Row("ODENet-64", "paper_a_variants", "1_odenet64", paper=pct(0.86, 4.17, 0.639),
-        paper_accuracy=(94.14, 84.36)),
-    Row("SONODE", "paper_a_variants", "2_sonode", paper=pct(0.44, 2.62, 0.585),
-        paper_accuracy=(92.35, 86.52)),
-    Row("ANODE (+64, scaled +16)", "paper_a_variants", "3_anode_plus64",
-        paper=pct(0.35, 2.15, 0.572), paper_accuracy=(89.09, 85.10)),
-    Row("ANODE (+16, scaled +4)", "paper_a_variants", "4_anode_plus16",
-        paper=pct(0.24, 1.76, 0.558), paper_accuracy=(87.60, 84.62)),
-    Row("HBNODE", "paper_a_variants", "5_hbnode", paper=pct(0.24, 1.74, 0.545),
-        paper_accuracy=(84.91, 82.11)),
-    Row("ODENet, 1 block, Euler", "paper_a_blocks_solvers", "1_euler_blocks1",
-        paper=pct(1.01, 4.22, 0.616), paper_accuracy=(94.30, 84.41)),
-    Row("ODENet, 2 blocks", "paper_a_blocks_solvers", "2_euler_blocks2",
-        paper=pct(1.57, 5.95, 0.638), paper_accuracy=(96.39, 85.26)),
-    Row("ODENet, 1 block, RK4", "paper_a_blocks_solvers", "4_rk4_blocks1",
-        paper=pct(0.89, 4.02, 0.617), paper_accuracy=(94.28, 84.39)),
-] + [
-    row for seed in (0, 1, 2) for row in (
-        Row(f"ResNet-14, seed {seed}", "paper_a_seeds", f"s{seed}_1_resnet14",
-            paper=pct(3.96, 10.57, 0.679), paper_accuracy=(98.14, 85.97)),
-        Row(f"ODENet-16-32-64, seed {seed}", "paper_a_seeds", f"s{seed}_2_odenet",
-            paper=pct(1.01, 4.22, 0.616), paper_accuracy=(94.30, 84.41)))
-]
+def parse_row(entry: dict, percent: list[str]) -> Row:
+    """A row of the data file: paper numbers as printed -> fractions (accuracies also kept in
+    percent, as the paper's (train, test) accuracy)."""
+    checked_keys(entry, {"label", "run", "attack", "paper", "planned"}, "row")
+    printed = checked_keys(entry.get("paper", {}), set(PAPER_METRICS), "paper numbers of")
+    experiment, stem = entry["run"].rsplit("/", 1)
+    paper = {metric: value / 100 if metric in percent or metric in ACCURACIES else value
+             for metric, value in printed.items()}
+    accuracy = None
+    if "train_accuracy" in printed or "test_accuracy" in printed:
+        accuracy = (printed.get("train_accuracy", NAN), printed.get("test_accuracy", NAN))
+    return Row(entry["label"], experiment, stem, entry.get("attack", "lira"), paper, accuracy,
+               entry.get("planned", False))
 
 
-def c_row(label: str, stem: str, attack: str, paper: tuple[float, float, float],
-          test_accuracy: float, experiment: str = "paper_c_snn") -> Row:
-    """Paper C prints AUC, TPR@0.1% and TPR@1% all in percent. ``experiment``: paper_c_snn
-    (width 1) or snn_study (width 0.5, the only scale with input dropout under SNN references
-    and with direct training: their queries did not fit the CPU budget at width 1)."""
-    auc, low, one = paper
-    return Row(label, experiment, stem, attack,
-               {"auc": auc / 100, "tpr@0.1%": low / 100, "tpr@1%": one / 100},
-               (NAN, test_accuracy))
+def parse_claim(entry: dict) -> Claim:
+    checked_keys(entry, {"source", "high", "low", "metrics", "kind", "epsilon", "note",
+                         "seeds"}, "claim")
+    claim = Claim(entry["source"], entry["high"], entry.get("low", ""),
+                  tuple(entry.get("metrics", DEFAULT_METRICS)), entry.get("kind", "greater"),
+                  float(entry.get("epsilon", 1.0)), entry.get("note", ""),
+                  {int(seed): experiment for seed, experiment in entry.get("seeds", {}).items()})
+    if claim.kind not in KINDS or not set(claim.metrics) <= set(METRIC_NAMES):
+        raise ValueError(f"{DATA.name}: claim {entry!r}: kind one of {KINDS}, metrics of "
+                         f"{sorted(METRIC_NAMES)}")
+    return claim
 
 
-C_ROWS = [
-    # Table 2 (same-architecture references): the ANN
-    c_row("ANN: Attack-P", "0_ann", "attack_p", (56.61, 0.0, 0.0), 90.9),
-    c_row("ANN: Attack-R", "0_ann", "attack_r", (59.49, 0.0, 0.0), 90.9),
-    c_row("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9),
-    # Table 4 (ANN references)
-    c_row("SNN T=1: Attack-P", "1_snn_t1", "attack_p", (54.58, 0.08, 0.87), 86.1),
-    c_row("SNN T=1: Attack-R", "1_snn_t1", "attack_r", (53.26, 0.0, 1.74), 86.1),
-    c_row("SNN T=1: RMIA", "1_snn_t1", "rmia_simple", (58.52, 0.69, 3.40), 86.1),
-    c_row("SNN T=1: RMIA + dropout", "1_snn_t1", "rmia_simple+input_dropout",
-          (59.32, 0.74, 3.77), 86.1),
-    c_row("SNN T=2: RMIA", "2_snn_t2", "rmia_simple", (59.68, 0.81, 3.86), 87.3),
-    c_row("SNN T=4: Attack-P", "4_snn_t4", "attack_p", (55.34, 0.0, 0.0), 88.2),
-    c_row("SNN T=4: Attack-R", "4_snn_t4", "attack_r", (55.04, 0.0, 0.0), 88.2),
-    c_row("SNN T=4: RMIA", "4_snn_t4", "rmia_simple", (61.32, 1.05, 4.55), 88.2),
-    c_row("SNN T=4: RMIA + dropout", "4_snn_t4", "rmia_simple+input_dropout",
-          (62.29, 0.89, 4.98), 88.2),
-    # Table 2 (same-architecture references), SNN T = 1 (identity queries only at width 1)
-    c_row("SNN T=1, SNN refs: RMIA", "5_snn_t1_same_refs", "rmia_simple", (59.89, 0.84, 3.82),
-          86.1),
-    # width 0.5 (snn_study): Table 2 with SNN references, Table 5 (direct training, T = 4)
-    *[c_row(f"[w0.5] {label}", stem, attack, paper, acc, "snn_study") for label, stem, attack,
-      paper, acc in (
-        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9),
-        ("SNN T=1, ANN refs: RMIA", "1_snn_t1", "rmia_simple", (58.52, 0.69, 3.40), 86.1),
-        ("SNN T=1, SNN refs: RMIA", "5_snn_t1_same_refs", "rmia_simple", (59.89, 0.84, 3.82),
-         86.1),
-        ("SNN T=1, SNN refs: RMIA + dropout", "5_snn_t1_same_refs",
-         "rmia_simple+input_dropout", (63.84, 1.86, 6.34), 86.1),
-        ("direct SNN T=4: Attack-P", "6_snn_direct_t4", "attack_p", (59.76, 0.05, 1.05), 87.0),
-        ("direct SNN T=4: Attack-R", "6_snn_direct_t4", "attack_r", (63.53, 0.0, 0.0), 87.0),
-        ("direct SNN T=4: RMIA", "6_snn_direct_t4", "rmia_simple", (63.85, 1.04, 5.76), 87.0),
-        ("direct SNN T=4: RMIA + dropout", "6_snn_direct_t4", "rmia_simple+input_dropout",
-         (67.58, 3.56, 8.86), 87.0))],
-    # issue 26: under rotation (every model the target in turn, same-architecture references)
-    *[c_row(f"[rot] {label}", stem, attack, paper, acc, "paper_c_rotation") for label, stem,
-      attack, paper, acc in (
-        ("ANN: Attack-P", "0_ann", "attack_p", (56.61, 0.0, 0.0), 90.9),
-        ("ANN: Attack-R", "0_ann", "attack_r", (59.49, 0.0, 0.0), 90.9),
-        ("ANN: RMIA", "0_ann", "rmia_simple", (63.84, 2.84, 5.82), 90.9),
-        ("SNN T=1: Attack-P", "1_snn_t1", "attack_p", (54.58, 0.08, 0.87), 86.1),
-        ("SNN T=1: Attack-R", "1_snn_t1", "attack_r", (57.59, 0.0, 0.0), 86.1),
-        ("SNN T=1: RMIA", "1_snn_t1", "rmia_simple", (59.89, 0.84, 3.82), 86.1),
-        ("SNN T=1: RMIA + dropout", "1_snn_t1", "rmia_simple+input_dropout",
-         (63.84, 1.86, 6.34), 86.1),
-        ("SNN T=2: RMIA", "2_snn_t2", "rmia_simple", (60.83, 1.00, 4.43), 87.3))],
-]
+def load_data(path: Path = DATA) -> tuple[dict[str, float], list[str], dict[str, Row],
+                                          list[Claim]]:
+    """(floors as fractions, queue, rows by label, claims) from the data file."""
+    data = checked_keys(yaml.safe_load(path.read_text()),
+                        {"floors", "percent", "queue", "rows", "claims"}, "file")
+    floors = {family: percent / 100 for family, percent in data["floors"].items()}
+    rows = [parse_row(entry, data["percent"][paper])
+            for paper, entries in data["rows"].items() for entry in entries]
+    by_label = {row.label: row for row in rows}
+    if len(by_label) != len(rows):
+        raise ValueError(f"{DATA.name}: row labels must be unique")
+    claims = [parse_claim(entry) for entry in data["claims"]]
+    for claim in claims:
+        if not {claim.high, claim.low} - {""} <= set(by_label):
+            raise ValueError(f"{DATA.name}: claim {claim.source!r} names a row that is not in "
+                             f"rows: {claim.high!r} / {claim.low!r}")
+    return floors, list(data["queue"]), by_label, claims
 
-B_ROWS = [
-    Row("PGD-AT", "paper_b_demem", "1_pgd_at",
-        paper={"tpr@0.1%": 0.2029, "test_accuracy": 0.8134, "robust_accuracy": 0.3596},
-        paper_accuracy=(NAN, 81.34)),
-    Row("PGD-AT + DeMem", "paper_b_demem", "2_pgd_at_demem",
-        paper={"tpr@0.1%": 0.1239, "test_accuracy": 0.8010, "robust_accuracy": 0.3503},
-        paper_accuracy=(NAN, 80.10)),
-    Row("ResNet-14 (memorization)", "paper_b_memorization", "1_resnet14",
-        paper={"rho_members": 0.501, "rho_nonmembers": 0.784}),
-]
-# Label-only MemGuard (paper A's Table 8 defense) audited with the label-only attacks of
-# Choquette-Choo et al. 2021 (issue 27), at digits scale: paper A's CIFAR-10 row needs its
-# 16 ResNet-14s retrained (paper_a_defenses/4_memguard_label_only.yaml is ready for it).
-LABEL_ONLY_ROWS = [
-    Row("[digits] label-only MemGuard: boundary distance", "defenses", "7_memguard_label_only",
-        attack="boundary_distance:calibrate=true"),
-    Row("[digits] label-only MemGuard: LOSS", "defenses", "7_memguard_label_only",
-        attack="loss"),
-]
-ROWS = {row.label: row for row in A_ROWS + C_ROWS + B_ROWS + LABEL_ONLY_ROWS}
 
-AUC = ("auc",)
-AUC_1 = ("auc", "tpr@1%")
-CLAIMS = [
-    Claim("A, Tab. 1", "ResNet-14", "ODENet-16-32-64"),
-    *[Claim("A, Tab. 1 (seed sweep)", f"ResNet-14, seed {s}", f"ODENet-16-32-64, seed {s}")
-      for s in (0, 1, 2)],
-    Claim("A, Tab. 2", "ODENet-16-32-64", "SDENet sigma=2"),
-    Claim("A, Tab. 2 (gap)", "ODENet-16-32-64", "SDENet sigma=2", ("gap",)),
-    Claim("A, Tab. 2: SDENet sigma=2 gap ~ 0", "SDENet sigma=2", "", ("gap",), "near_zero"),
-    Claim("A, Tab. 4", "ODENet-16-32-64", "SDENet sigma=0",
-          note="with k = 0 our SDENet is ODENet (same skeleton, Euler), same seed: same model"),
-    Claim("A, Tab. 4", "SDENet sigma=0", "SDENet sigma=2"),
-    Claim("A, Tab. 9", "SDENet k=0.5 (sigma=1)", "SDENet sigma=2",
-          note="the paper: sigma 1.4 vs 2 changes little (0.527 vs 0.525 AUC)"),
-    *[Claim("A, Tab. 8", defended, "SDENet sigma=2") for defended in (
-        "ResNet-14 + L1 1e-5", "ResNet-14 + L2 1e-5", "ResNet-14 + MMD + mix-up")],
-    Claim("A, Tab. 8", "ResNet-14 + MemGuard (label only)", "SDENet sigma=2", AUC,
-          note="the paper's label-only TPRs are 0, below SDENet's: AUC is the claim"),
-    Claim("Choquette-Choo et al. 2021, on A, Tab. 8's defense",
-          "[digits] label-only MemGuard: boundary distance", "[digits] label-only MemGuard: LOSS",
-          AUC, note="confidence masking leaves label-only attacks their power: the defense "
-                    "keeps every label"),
-    Claim("A, Fig. 5", "SDENet sigma=2", "", ("tpr@0.1%", "tpr@1%"), "under_bound"),
-    Claim("A, Fig. 5", "SDENet k=0.5 (sigma=1)", "", ("tpr@0.1%", "tpr@1%"), "under_bound"),
-    Claim("A, Fig. 5", "SDENet sigma=0", "", ("tpr@0.1%", "tpr@1%"), "exceeds_bound"),
-    Claim("A, Fig. 7", "ResNet-14", "ResNet-14 -> SDE block, finetuned"),
-    Claim("A, Fig. 7", "ResNet-14 -> SDE block, finetuned", "SDENet sigma=2"),
-    *[Claim("A, Tab. 3/7", "ODENet-64", variant) for variant in (
-        "SONODE", "ANODE (+64, scaled +16)", "ANODE (+16, scaled +4)", "HBNODE")],
-    Claim("A, Tab. 5", "ODENet, 2 blocks", "ODENet, 1 block, Euler"),
-    Claim("A, Tab. 6", "ODENet, 1 block, Euler", "ODENet, 1 block, RK4", kind="similar"),
-    Claim("C, Tab. 2", "ANN: RMIA", "ANN: Attack-R", AUC),
-    Claim("C, Tab. 2", "ANN: Attack-R", "ANN: Attack-P", AUC),
-    Claim("C, Tab. 2 (rotation)", "[rot] ANN: RMIA", "[rot] ANN: Attack-R", AUC),
-    Claim("C, Tab. 2 (rotation)", "[rot] ANN: Attack-R", "[rot] ANN: Attack-P", AUC),
-    Claim("C, Tab. 2 (rotation)", "[rot] SNN T=1: RMIA", "[rot] SNN T=1: Attack-R", AUC),
-    Claim("C, Tab. 2 (rotation)", "[rot] SNN T=1: Attack-R", "[rot] SNN T=1: Attack-P", AUC),
-    Claim("C, Tab. 2 (rotation, ANN >= SNN)", "[rot] ANN: RMIA", "[rot] SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 2 (rotation, risk rises with T)", "[rot] SNN T=2: RMIA",
-          "[rot] SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 2 (rotation, input dropout)", "[rot] SNN T=1: RMIA + dropout",
-          "[rot] SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 4", "SNN T=4: RMIA", "SNN T=4: Attack-R", AUC),
-    Claim("C, Tab. 4", "SNN T=4: Attack-R", "SNN T=4: Attack-P", AUC,
-          note="the paper's own Table 4 has Attack-R below Table 2's Attack-P at T = 4"),
-    Claim("C, Tab. 5", "[w0.5] direct SNN T=4: RMIA", "[w0.5] direct SNN T=4: Attack-R", AUC),
-    Claim("C, Tab. 5", "[w0.5] direct SNN T=4: Attack-R", "[w0.5] direct SNN T=4: Attack-P",
-          AUC),
-    Claim("C, Tab. 2 (ANN >= SNN)", "ANN: RMIA", "SNN T=1, SNN refs: RMIA", AUC_1),
-    Claim("C, Tab. 2 (ANN >= SNN)", "[w0.5] ANN: RMIA", "[w0.5] SNN T=1, SNN refs: RMIA", AUC_1),
-    Claim("C, Tab. 2/4 (ANN >= SNN)", "ANN: RMIA", "SNN T=1: RMIA", AUC_1,
-          note="SNN with ANN references: the attack is weaker too"),
-    Claim("C, Tab. 4 (risk rises with T)", "SNN T=4: RMIA", "SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 4 (risk rises with T)", "SNN T=2: RMIA", "SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 2 (input dropout)", "[w0.5] SNN T=1, SNN refs: RMIA + dropout",
-          "[w0.5] SNN T=1, SNN refs: RMIA", AUC_1),
-    Claim("C, Tab. 4 (input dropout)", "SNN T=1: RMIA + dropout", "SNN T=1: RMIA", AUC_1),
-    Claim("C, Tab. 4 (input dropout)", "SNN T=4: RMIA + dropout", "SNN T=4: RMIA", AUC_1),
-    Claim("C, Tab. 5 (input dropout)", "[w0.5] direct SNN T=4: RMIA + dropout",
-          "[w0.5] direct SNN T=4: RMIA", AUC_1),
-    Claim("C, Tab. 2 vs 4 (ANN refs weaker)", "SNN T=1, SNN refs: RMIA", "SNN T=1: RMIA",
-          AUC_1),
-    Claim("C, Tab. 2 vs 4 (ANN refs weaker)", "[w0.5] SNN T=1, SNN refs: RMIA",
-          "[w0.5] SNN T=1, ANN refs: RMIA", AUC_1),
-    Claim("B, Tab. 1", "ResNet-14 (memorization)", "", ("rho_members", "rho_nonmembers"),
-          "positive"),
-    Claim("B, Tab. 1", "ResNet-14 (memorization)", "", ("rho_nonmembers", "rho_members"),
-          "within"),
-    Claim("B, Fig. 1", "ResNet-14 (memorization)", "", ("bin_tpr_high", "bin_tpr_low"),
-          "within"),
-    Claim("B, Tab. 3", "PGD-AT", "PGD-AT + DeMem", ("tpr@0.1%", "tpr@1%", "auc")),
-    Claim("B, Tab. 2", "PGD-AT", "PGD-AT + DeMem", ("test_accuracy", "robust_accuracy"),
-          "similar"),
-]
+FLOORS, QUEUE, ROWS, CLAIMS = load_data()
+
+
+def rows_of(claim: Claim, seed: int | None = None) -> tuple[Row, Row | None]:
+    """The claim's (high, low) rows; at ``seed``, read from that seed's experiment."""
+    rows = (ROWS[claim.high], ROWS[claim.low] if claim.low else None)
+    if seed is None:
+        return rows
+    return tuple(row and replace(row, experiment=claim.seeds[seed]) for row in rows)
 
 
 # -- reading the committed outputs ---------------------------------------------------------------
@@ -409,9 +282,9 @@ def compare(high: Interval, low: Interval, kind: str) -> str:
 BOUND_FPR = {"tpr@0.1%": 0.001, "tpr@1%": 0.01}
 
 
-def metric_verdict(claim: Claim, metric: str) -> tuple[str, str]:
-    """(verdict, our numbers as text) for one metric of a claim."""
-    high = ROWS[claim.high]
+def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[str, str]:
+    """(verdict, our numbers as text) for one metric of a claim (at one seed's experiment)."""
+    high, low = rows_of(claim, seed)
     ours = interval(high, metric)
     if ours is None:
         return "not run", "-"
@@ -437,12 +310,35 @@ def metric_verdict(claim: Claim, metric: str) -> tuple[str, str]:
         if other is NOT_MEASURABLE:
             return "not measurable", f"{fmt(metric, ours)} vs n/m"
         return compare(ours, other, "greater"), f"{fmt(metric, ours)} vs {fmt(metric, other)}"
-    theirs = interval(ROWS[claim.low], metric)
+    theirs = interval(low, metric)
     if theirs is None:
         return "not run", "-"
     if theirs is NOT_MEASURABLE:
         return "not measurable", f"{fmt(metric, ours)} vs n/m"
-    return compare(ours, theirs, claim.kind), f"{fmt(metric, ours)} vs {fmt(metric, theirs)}"
+    text = f"{fmt(metric, ours)} vs {fmt(metric, theirs)}"
+    if claim.kind == "greater" and (difference := paired_difference(high, low, metric)):
+        low_end, high_end = difference["ci"]
+        verdict = ("reproduced" if low_end > 0 else "not reproduced" if high_end < 0
+                   else "inconclusive")
+        return verdict, f"{text}, paired {fmt_difference(metric, difference)}"
+    return compare(ours, theirs, claim.kind), text
+
+
+def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
+    """high - low on ``metric`` with its paired-bootstrap interval, when both rows are
+    attacks of one run (same targets, same samples: results.json's ``differences``)."""
+    if (high.experiment, high.stem) != (low.experiment, low.stem):
+        return None
+    summary = load(high.experiment, high.stem) or {}
+    record = summary.get("attacks", {}).get(high.attack, {})
+    return (record.get("differences") or {}).get(low.attack, {}).get(metric)
+
+
+def fmt_difference(metric: str, difference: dict) -> str:
+    scale, digits = (1, 3) if metric == "auc" else (100, 2)
+    low_end, high_end = (scale * v for v in difference["ci"])
+    return (f"{scale * difference['value']:+.{digits}f} "
+            f"[{low_end:+.{digits}f}, {high_end:+.{digits}f}]")
 
 
 def floor_family(row: Row) -> str:
@@ -460,27 +356,52 @@ def floor_family(row: Row) -> str:
     return "ResNet-14"
 
 
-def failed_rows(claim: Claim) -> list[str]:
+def failed_rows(claim: Claim, seed: int | None = None) -> list[str]:
     out = []
-    for label in (claim.high, claim.low):
-        if not label or (accuracy := target_test_accuracy(ROWS[label])) is None:
+    for row in rows_of(claim, seed):
+        if row is None or (accuracy := target_test_accuracy(row)) is None:
             continue
-        family = floor_family(ROWS[label])
+        family = floor_family(row)
         if accuracy < FLOORS[family]:
-            out.append(f"{label} ({100 * accuracy:.1f}% test, floor "
+            out.append(f"{row.label} ({100 * accuracy:.1f}% test, floor "
                        f"{100 * FLOORS[family]:.0f}%)")
     return out
 
 
-def claim_verdicts(claim: Claim) -> tuple[str, list[tuple[str, str, str]]]:
-    """(overall verdict, [(metric, verdict, our numbers)])."""
+def claim_verdicts(claim: Claim, seed: int | None = None
+                   ) -> tuple[str, list[tuple[str, str, str]]]:
+    """(overall verdict, [(metric, verdict, our numbers)]) at one seed (None: the rows' own
+    experiments)."""
     metrics = claim.metrics[:1] if claim.kind == "within" else claim.metrics
-    per_metric = [(metric, *metric_verdict(claim, metric)) for metric in metrics]
-    failed = failed_rows(claim)
+    per_metric = [(metric, *metric_verdict(claim, metric, seed)) for metric in metrics]
+    failed = failed_rows(claim, seed)
     overall = interval_verdict(per_metric)
     if failed:  # decides nothing; what the intervals say below the floor is shown, not counted
         return f"failed run: {', '.join(failed)}; below the floor: {overall}", per_metric
     return overall, per_metric
+
+
+def decide(claim: Claim) -> tuple[str, str]:
+    """(verdict, our numbers as text). A claim with seeds (issue 26 item 5) is decided at each
+    seed; the verdict stands when two seeds or more ran and agree, "one seed" marks a verdict
+    from one, and seeds that disagree say so."""
+    if not claim.seeds:
+        overall, per_metric = claim_verdicts(claim)
+        return overall, ours_text(per_metric)
+    by_seed = {seed: claim_verdicts(claim, seed) for seed in sorted(claim.seeds)}
+    ran = {seed: found for seed, found in by_seed.items() if found[0] != "not run"}
+    if not ran:
+        return "not run", ours_text(next(iter(by_seed.values()))[1])
+    if len(ran) == 1:
+        overall, per_metric = next(iter(ran.values()))
+        return f"{overall} (one seed)", ours_text(per_metric)
+    text = "; ".join(f"seed {seed}: {ours_text(per_metric)}"
+                     for seed, (_, per_metric) in ran.items())
+    verdicts = {overall for overall, _ in ran.values()}
+    if len(verdicts) == 1:
+        return f"{verdicts.pop()} (seeds {', '.join(map(str, ran))})", text
+    return "seeds disagree: " + "; ".join(f"seed {seed} {overall}" for seed, (overall, _)
+                                          in ran.items()), text
 
 
 def interval_verdict(per_metric: list[tuple[str, str, str]]) -> str:
@@ -543,8 +464,8 @@ def ours_text(per_metric: list[tuple[str, str, str]]) -> str:
 
 
 def experiments_of(claim: Claim) -> list[str]:
-    labels = [claim.high] + ([claim.low] if claim.low else [])
-    return sorted({ROWS[label].experiment for label in labels})
+    rows = [row for row in rows_of(claim) if row is not None]
+    return sorted({row.experiment for row in rows} | set(claim.seeds.values()))
 
 
 def claims_table() -> str:
@@ -553,10 +474,10 @@ def claims_table() -> str:
     counts: dict[str, int] = {}
     below_floor: dict[str, int] = {}
     for claim in CLAIMS:
-        overall, per_metric = claim_verdicts(claim)
+        overall, ours = decide(claim)
         note = f" ({claim.note})" if claim.note else ""
         lines.append(f"| {claim.source} | {claim_text(claim)} | {paper_text(claim)} | "
-                     f"{ours_text(per_metric)} | **{overall}**{note} | "
+                     f"{ours} | **{overall}**{note} | "
                      f"{', '.join(experiments_of(claim))} |")
         category = overall.split(":")[0]  # "failed run: ...", "mixed: ..." or the verdict
         counts[category] = counts.get(category, 0) + 1
@@ -597,7 +518,8 @@ def floors_text() -> str:
 
 def write_verdicts() -> list[Path]:
     written = []
-    for experiment in sorted({row.experiment for row in ROWS.values()}):
+    experiments = {row.experiment for row in ROWS.values()}
+    for experiment in sorted(experiments.union(*(claim.seeds.values() for claim in CLAIMS))):
         outputs = HERE / experiment / "outputs"
         if not outputs.is_dir():
             continue
@@ -608,9 +530,8 @@ def write_verdicts() -> list[Path]:
                 f"floors: {floors_text()}.", "", rows_table(experiment), "",
                 "| paper, table | claim | verdict | ours |", "| --- | --- | --- | --- |"]
         for claim in claims:
-            overall, per_metric = claim_verdicts(claim)
-            text.append(f"| {claim.source} | {claim_text(claim)} | {overall} | "
-                        f"{ours_text(per_metric)} |")
+            overall, ours = decide(claim)
+            text.append(f"| {claim.source} | {claim_text(claim)} | {overall} | {ours} |")
         path = outputs / "summary.md"
         replace_block(path, "\n".join(text) + "\n", "verdicts")
         written.append(path)
@@ -630,7 +551,37 @@ def replace_block(path: Path, text: str, name: str) -> None:
     path.write_text(f"{head}{start}\n{text}{end}{tail}")
 
 
-def main() -> None:
+def plan_text() -> str:
+    """The queue, per experiment: its configs without results, its planned configs, and the
+    claims waiting for them (``--plan``)."""
+    lines = []
+    for experiment in QUEUE:
+        configs = sorted(path.stem for path in (HERE / experiment).glob("*.yaml"))
+        to_run = [stem for stem in configs if load(experiment, stem) is None]
+        planned = sorted({row.stem for row in ROWS.values()
+                          if row.planned and row.experiment == experiment})
+        claims = [claim for claim in CLAIMS if experiment in experiments_of(claim)]
+        waiting = [claim for claim in claims if any(
+            row and row.experiment == experiment and row.stem in to_run + planned
+            for row in rows_of(claim))]
+        lines.append(f"{experiment}: configs {len(configs)}; without results: "
+                     f"{', '.join(to_run) or 'none'}; planned: {', '.join(planned) or 'none'}; "
+                     f"decides {len(claims)} claims, {len(waiting)} waiting for these runs")
+        lines += [f"    {claim.source}: {claim_text(claim)}" for claim in waiting]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queue", action="store_true",
+                        help=f"print the experiments of {DATA.name}'s queue in order and exit")
+    parser.add_argument("--plan", action="store_true",
+                        help="print what each queued experiment still has to run, and the "
+                             "claims waiting for it, and exit")
+    args = parser.parse_args(argv)
+    if args.queue or args.plan:
+        print("\n".join(QUEUE) if args.queue else plan_text())
+        return
     for path in write_verdicts():
         print(f"wrote {path.relative_to(HERE.parent)}")
     replace_block(README, claims_table(), "claims")

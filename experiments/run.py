@@ -1,11 +1,13 @@
 """Run the committed experiments and collect their outputs.
 
-    python experiments/run.py digits_default            # one experiment
+    python experiments/run.py papers/C/rotation          # one experiment (or C/rotation)
     python experiments/run.py --list
-    python experiments/run.py paper_a_headline --data-dir DATA --set model.width=1  # GPU scale
-    python experiments/run.py paper_a_headline --only 5_sdenet_sigma2  # one config, same summary
+    python experiments/run.py papers/A/headline --data-dir DATA --set model.width=1  # GPU scale
+    python experiments/run.py A/headline --only 5_sdenet_sigma2  # one config, same summary
 
-Each experiment is a folder with one or more ``*.yaml`` audit configs. The audits run with the
+Each experiment is a folder with one or more ``*.yaml`` audit configs, named by its path under
+``experiments/`` (``papers/<paper>/<study>``, ``archive/<name>``; ``papers/`` may be left
+out). The audits run with the
 normal pipeline (run directories under ``runs/experiments``, resumable), then ``results.json``,
 ``roc.png`` and a ``summary.md`` table are copied into the experiment's ``outputs/`` folder,
 which is committed. Pass ``--data-dir`` for data sets that need one (CIFAR-10 copy).
@@ -31,6 +33,19 @@ from miaudit.reporting import compare_markdown
 from miaudit.results import Summary
 
 HERE = Path(__file__).resolve().parent
+#: The flat names before experiments/ was laid out by paper (issue 24): where each went.
+MOVED = {
+    "cifar10_small": "archive/cifar10_small", "defenses": "archive/defenses",
+    "defenses_cifar10": "archive/defenses_cifar10", "demem": "archive/demem",
+    "digits_default": "archive/digits_default", "dp_study": "archive/dp_study",
+    "fidelity_before_after": "archive/fidelity_before_after", "ode_study": "archive/ode_study",
+    "paper_a_blocks_solvers": "papers/A/blocks_solvers", "paper_a_defenses": "papers/A/defenses",
+    "paper_a_floor": "papers/A/floor", "paper_a_headline": "papers/A/headline",
+    "paper_a_replace_finetune": "papers/A/replace_finetune", "paper_a_seeds": "papers/A/seeds",
+    "paper_a_variants": "papers/A/variants", "paper_b_demem": "papers/B/pgd_at_demem",
+    "paper_b_fast_at": "papers/B/fast_at", "paper_b_memorization": "papers/B/memorization",
+    "paper_c_rotation": "papers/C/rotation", "paper_c_snn": "archive/paper_c_snn",
+    "snn_study": "archive/snn_study"}
 
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
@@ -124,16 +139,33 @@ def main() -> None:
                         help="run only this config (repeatable); the summary keeps the others' "
                              "committed rows")
     args = parser.parse_args()
-    available = sorted(p.name for p in HERE.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    available = experiments()
     if args.list or not args.names:
         print("\n".join(available))
         return
-    for name in args.names:
-        if name not in available:
-            raise SystemExit(f"unknown experiment {name!r}; available: {', '.join(available)}")
+    for given in args.names:
+        name = resolve(given, available)
         print(json.dumps({"experiment": name, "outputs": str(run_experiment(
             name, args.data_dir, args.device, args.threads, parse_sets(args.sets),
             args.only))}))
+
+
+def experiments() -> list[str]:
+    """Every experiment: the folders under ``experiments/`` that hold audit configs."""
+    return sorted({str(path.parent.relative_to(HERE)) for path in HERE.glob("**/*.yaml")
+                   if "outputs" not in path.parts and path.parent != HERE})
+
+
+def resolve(given: str, available: list[str]) -> str:
+    """An experiment's name as given (``papers/C/rotation``, ``C/rotation``, a trailing slash
+    or an ``experiments/`` prefix allowed), or exit naming the available ones."""
+    name = given.strip("/").removeprefix("experiments/")
+    for candidate in (name, f"papers/{name}"):
+        if candidate in available:
+            return candidate
+    if name in MOVED:
+        raise SystemExit(f"experiment {given!r} moved to {MOVED[name]!r}: run.py {MOVED[name]}")
+    raise SystemExit(f"unknown experiment {given!r}; available: {', '.join(available)}")
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from sklearn.metrics import roc_auc_score
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,49 @@ def test_every_claim_names_known_rows_and_every_row_an_existing_config():
         assert not claim.low or claim.low in claims.ROWS, claim
         assert set(claim.metrics) <= set(claims.METRIC_NAMES), claim
     for row in claims.ROWS.values():
-        assert (ROOT / "experiments" / row.experiment / f"{row.stem}.yaml").is_file(), row
+        config = ROOT / "experiments" / row.experiment / f"{row.stem}.yaml"
+        assert (ROOT / "experiments" / row.experiment).is_dir(), row
+        # a planned row's config is not committed yet; once it is, drop `planned`
+        assert config.is_file() != row.planned, (
+            f"{row.label}: {config.name} is committed: drop `planned` in claims.yaml"
+            if row.planned else f"{row.label}: no config {config}")
+
+
+def test_the_data_file_names_existing_experiments_and_matches_the_queue():
+    experiments = ROOT / "experiments"
+    assert claims.DATA.parent == experiments and claims.DATA.suffix == ".yaml"
+    assert len(set(claims.QUEUE)) == len(claims.QUEUE)
+    for name in claims.QUEUE:  # queue.sh runs these: current experiments with configs
+        assert any((experiments / name).glob("*.yaml")), name
+        assert name.startswith("papers/"), name
+    for row in claims.ROWS.values():  # a current row is run by the queue; archived ones not
+        assert (row.experiment in claims.QUEUE) != row.experiment.startswith("archive/"), row
+    for claim in claims.CLAIMS:
+        high, low = (claims.ROWS[label] for label in (claim.high, claim.low or claim.high))
+        for experiment in claim.seeds.values():  # each seed's copy holds the same configs
+            assert (experiments / experiment).is_dir(), claim
+        if claim.seeds:  # the rows are read from each seed's experiment: they share one
+            assert high.experiment == low.experiment == claim.seeds[min(claim.seeds)], claim
+    assert list(claims.FLOORS) == ["ResNet-14", "ODE/SDE", "SNN/ANN twin", "adversarial"]
+
+
+def _typo_in_a_row(data):
+    data["rows"]["A"][0]["papr"] = {"auc": 0.6}  # must not silently drop the numbers
+
+
+def _typo_in_a_claim(data):
+    data["claims"][0]["high"] = "ResNet14"
+
+
+@pytest.mark.parametrize(("typo", "message"), [(_typo_in_a_row, "papr"),
+                                               (_typo_in_a_claim, "names a row")])
+def test_the_data_file_refuses_a_typo(tmp_path, typo, message):
+    data = yaml.safe_load(claims.DATA.read_text())
+    typo(data)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=message):
+        claims.load_data(path)
 
 
 def _summary(pooled, per_target, targets):
@@ -114,3 +157,45 @@ def test_accuracy_floor_by_family(monkeypatch, model, recipe, family):
             model, recipe, acc))
         assert claims.floor_family(row) == family
         assert bool(claims.failed_rows(claims.Claim("s", "x", "y"))) is failed
+
+
+def _seeded_summary(auc: float) -> dict:
+    return {"config": {"model": {"name": "ann_cnn"}, "train": {"recipe": "standard"}},
+            "target_models": {"test_accuracy": 0.9}, "targets": [0, 1],
+            "attacks": {"lira": {"pooled": {"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02],
+                                            "ci_method": "two-way"}, "per_target": []}}}
+
+
+@pytest.mark.parametrize(("results", "verdict"), [
+    ({}, "not run"),
+    ({"s0": (0.7, 0.6)}, "reproduced (one seed)"),
+    ({"s0": (0.7, 0.6), "s1": (0.71, 0.6)}, "reproduced (seeds 0, 1)"),
+    ({"s0": (0.7, 0.6), "s1": (0.6, 0.7)}, "seeds disagree: seed 0 reproduced; seed 1 not "
+                                           "reproduced"),
+    ({"s0": (0.7, 0.6), "s1": (0.65, 0.64)}, "seeds disagree: seed 0 reproduced; seed 1 "
+                                             "inconclusive")])
+def test_a_claim_with_seeds_needs_two_seeds_that_agree(monkeypatch, results, verdict):
+    # Issue 26 item 5: reproduced only if it holds at both seeds; one seed is said so.
+    rows = {"h": claims.Row("h", "s0", "high"), "l": claims.Row("l", "s0", "low")}
+    monkeypatch.setattr(claims, "ROWS", rows)
+    aucs = {(experiment, stem): auc for experiment, pair in results.items()
+            for stem, auc in zip(("high", "low"), pair)}
+    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: _seeded_summary(
+        aucs[experiment, stem]) if (experiment, stem) in aucs else None)
+    claim = claims.Claim("s", "h", "l", ("auc",), seeds={0: "s0", 1: "s1"})
+    assert claims.decide(claim)[0] == verdict
+
+
+def test_every_config_run_line_names_its_own_folder():
+    # A config's "# Run:" comment is the command that reproduces it: after a move it must name
+    # the folder the config is in (and --only, when given, the config itself).
+    experiments = ROOT / "experiments"
+    for config in experiments.glob("**/*.yaml"):
+        if "outputs" in config.parts or config.parent == experiments:
+            continue
+        for line in config.read_text().splitlines():
+            if line.startswith("# Run: python experiments/run.py "):
+                words = line.split()
+                assert words[4] == str(config.parent.relative_to(experiments)), config
+                if "--only" in words:
+                    assert words[words.index("--only") + 1] == config.stem, config

@@ -136,6 +136,14 @@ class EmpiricalEpsilon(Record):
     verdict: str | None = None  # "contradicted" | "consistent" | None (no claim)
 
 
+class Difference(Record):
+    """This attack minus another of the same run on one metric, with its paired-bootstrap 95%
+    interval (:func:`miaudit.intervals.add_paired_differences`)."""
+
+    value: float
+    ci: list[float]
+
+
 class AttackRecord(Record):
     """One attack's results. ``pooled``, ``per_target`` and ``per_class`` are
     ``metrics.summarize`` mappings: one key per metric, among them one per FPR level
@@ -155,6 +163,8 @@ class AttackRecord(Record):
     info: list[dict[str, Any]] | None = None  # per target: what the attack chose (its own keys)
     caveats: list[str] = []  # the attack's warnings about its own numbers
     empirical_epsilon: EmpiricalEpsilon | None = None
+    # other attack's label -> metric -> this minus that (paired bootstrap); absent before
+    differences: dict[str, dict[str, Difference]] | None = None
 
     def measurable(self, key: str) -> bool:
         """False when no threshold reaches that FPR (``metrics.summarize``)."""

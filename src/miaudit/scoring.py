@@ -57,6 +57,7 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
         if kept is not None:
             kept[label] = scores
     intervals.add_simultaneous_bands(attacks, replicates, SIMULTANEOUS_KEYS)
+    intervals.add_paired_differences(attacks, replicates, SIMULTANEOUS_KEYS)
     return attacks
 
 
