@@ -18,7 +18,7 @@ import torch
 
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import cached, resolve_data_dir, to_float
-from miaudit.data.tablefiles import MAX_DECOMPRESSED_BYTES
+from miaudit.data.tablefiles import MAX_DECOMPRESSED_BYTES, too_large
 from miaudit.registry import DATASETS
 
 TARBALL = "dataset_location.tgz"
@@ -48,9 +48,7 @@ def _read_csv_bytes(path: Path) -> bytes:
                 raise DataError(f"{path} holds no file named {CSV_NAME!r} "
                                 f"(found {[m.name for m in members][:5]})")
             if match[0].size > MAX_DECOMPRESSED_BYTES:  # the header bounds the read below
-                raise DataError(f"{path}: {CSV_NAME} expands to {match[0].size:,} bytes, more "
-                                f"than {MAX_DECOMPRESSED_BYTES // 2**20} MiB (a decompression "
-                                "bomb? the real file is ~4.5 MB); extract it yourself")
+                raise DataError(too_large(path))
             return tar.extractfile(match[0]).read()
     except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path} is not a readable location30 tarball: {error}") from error

@@ -57,11 +57,11 @@ def _gunzip(path: Path) -> bytes:
     with gzip.open(path, "rb") as stream:  # streamed: stops one byte past the cap
         data = stream.read(MAX_DECOMPRESSED_BYTES + 1)
     if len(data) > MAX_DECOMPRESSED_BYTES:
-        raise DataError(_too_large(path))
+        raise DataError(too_large(path))
     return data
 
 
-def _too_large(path: Path) -> str:
+def too_large(path: Path) -> str:
     return (f"{path} expands to more than {MAX_DECOMPRESSED_BYTES // 2**20} MiB when "
             "decompressed (a decompression bomb, or a very large table); decompress it "
             "yourself and pass the plain file")
@@ -83,7 +83,7 @@ def _tar_member(path: Path, member: str | None) -> bytes:
                                 f"(files: {names[:10]})")
             chosen = match[0]
         if chosen.size > MAX_DECOMPRESSED_BYTES:
-            raise DataError(_too_large(path))
+            raise DataError(too_large(path))
         return tar.extractfile(chosen).read()
 
 
