@@ -312,8 +312,7 @@ def add_simultaneous_bands(attacks: dict[str, dict], replicates: dict[str, dict]
     replicates the attacks share: ``pooled[<key>_ci_simultaneous]``. Whichever attack a
     reader picks after looking (the strongest), its band covers its truth with >= 95%."""
     for key in keys:
-        labels = [label for label, attack in attacks.items()
-                  if attack["pooled"].get(f"{key}_measurable", True)]
+        labels = [label for label, attack in attacks.items() if _measurable(attack, key)]
         if not labels:
             continue
         bands = simultaneous_band([replicates[label][key] for label in labels])
@@ -331,20 +330,26 @@ def add_paired_differences(attacks: dict[str, dict], replicates: dict[str, dict]
     decided by this interval, which is narrower than two separate intervals that overlap. Keys
     not measurable for either attack are left out."""
     for a, record in attacks.items():
-        differences: dict[str, dict] = {}
-        for b, other in attacks.items():
-            if b == a:
-                continue
-            differences[b] = {
-                key: {"value": float(record["pooled"][key] - other["pooled"][key]),
-                      "ci": percentile_interval(replicates[a][key] - replicates[b][key])}
-                for key in keys if _both_measurable(record, other, key)
-                and np.isfinite(replicates[a][key] - replicates[b][key]).any()}
-        record["differences"] = differences
+        record["differences"] = {
+            b: _differences(record, other, replicates[a], replicates[b], keys)
+            for b, other in attacks.items() if b != a}
 
 
-def _both_measurable(record: dict, other: dict, key: str) -> bool:
-    return all(r["pooled"].get(f"{key}_measurable", True) for r in (record, other))
+def _differences(record: dict, other: dict, replicates: dict[str, np.ndarray],
+                 other_replicates: dict[str, np.ndarray], keys: Sequence[str]) -> dict:
+    out = {}
+    for key in keys:
+        if not (_measurable(record, key) and _measurable(other, key)):
+            continue
+        delta = replicates[key] - other_replicates[key]
+        if np.isfinite(delta).any():
+            out[key] = {"value": float(record["pooled"][key] - other["pooled"][key]),
+                        "ci": percentile_interval(delta)}
+    return out
+
+
+def _measurable(attack: dict, key: str) -> bool:
+    return attack["pooled"].get(f"{key}_measurable", True)
 
 
 def from_target_summaries(center: float, values: Sequence[float],
