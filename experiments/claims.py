@@ -335,7 +335,7 @@ def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
 
 
 def fmt_difference(metric: str, difference: dict) -> str:
-    scale, digits = (1, 3) if metric == "auc" else (100, 2)
+    scale, digits = scale_digits(metric)
     low_end, high_end = (scale * v for v in difference["ci"])
     return (f"{scale * difference['value']:+.{digits}f} "
             f"[{low_end:+.{digits}f}, {high_end:+.{digits}f}]")
@@ -418,11 +418,15 @@ def interval_verdict(per_metric: list[tuple[str, str, str]]) -> str:
     return "mixed: " + "; ".join(parts)
 
 
-def fmt(metric: str, value: tuple[float, ...]) -> str:
+def scale_digits(metric: str) -> tuple[int, int]:
+    """How a metric is printed: (factor, decimals); AUC and rho as fractions, the rest in %."""
     if metric.startswith("rho") or metric == "auc":
-        scale, digits = 1, 3
-    else:
-        scale, digits = 100, 2 if metric.startswith(("tpr", "bin")) else 1
+        return 1, 3
+    return 100, 2 if metric.startswith(("tpr", "bin")) else 1
+
+
+def fmt(metric: str, value: tuple[float, ...]) -> str:
+    scale, digits = scale_digits(metric)
     if len(value) == 1 or math.isnan(value[1]):
         return f"{scale * value[0]:.{digits}f}"
     return (f"{scale * value[0]:.{digits}f} [{scale * value[1]:.{digits}f}, "
