@@ -87,6 +87,16 @@ class Registry(Generic[T]):
             raise RuntimeError(f"module {module} did not register {self.kind} {name!r}")
         return self._entries[name]
 
+    def option_default(self, name: str, option: str) -> Any:
+        """The default value of keyword ``option`` of entry ``name``'s constructor; None when
+        it has no such keyword, no default, or no inspectable signature."""
+        try:
+            parameter = inspect.signature(self.get(name)).parameters.get(option)
+        except (TypeError, ValueError):  # builtins without a signature
+            return None
+        empty = parameter is None or parameter.default is inspect.Parameter.empty
+        return None if empty else parameter.default
+
     def check_options(self, name: str, options: dict[str, Any], *,
                       provided: tuple[str, ...] = ()) -> None:
         """Raise ConfigError when ``options`` do not fit the constructor's signature (unknown

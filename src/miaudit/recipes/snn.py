@@ -24,7 +24,6 @@ gradient) at the model's T. That is the standard loop applied to a spiking model
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -65,13 +64,7 @@ def _spiking_net(model: nn.Module, recipe: str, neuron: str | None = None) -> Sp
 def _latency(model: str, model_options: dict[str, Any]) -> int | None:
     """The latency T the registry ``model`` is built with (its option, else the constructor's
     default); None when it takes no integer T (the model build reports a bad value)."""
-    T = model_options.get("T")
-    if T is None:
-        try:
-            default = inspect.signature(MODELS.get(model)).parameters.get("T")
-        except (TypeError, ValueError):  # a constructor without a signature
-            return None
-        T = None if default is None else default.default
+    T = model_options.get("T", MODELS.option_default(model, "T"))
     return T if isinstance(T, int) and not isinstance(T, bool) else None
 
 
