@@ -36,13 +36,16 @@ direction, *not reproduced* when they separate the other way, *inconclusive* whe
 Two attacks of one run (same targets, same samples; results.json written since the paired
 differences were added) are compared by the paired-bootstrap interval of their difference
 instead (``differences`` in results.json, :func:`miaudit.intervals.add_paired_differences`):
-reproduced when it excludes 0 in the paper's direction. A "similar" claim (the paper reports no
-difference) is *reproduced* when the intervals overlap. A claim whose metrics disagree is
-*mixed* (each metric's verdict named). A row whose models fall below their family's
-test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and decides nothing. A claim that
-lists seeds (issue 26 item 5: its rows rerun in one experiment per seed) is decided at each:
-its verdict stands only when two seeds or more ran and agree ("reproduced (seeds 0, 1)"); one
-seed says "(one seed)", disagreement "seeds disagree".
+reproduced when it excludes 0 in the paper's direction. So are two runs with the same
+memberships (same data, seed, number of models, protocol), from the entries that
+``experiments/paired.py`` computed from their run directories' scores into ``paired.json``
+(:mod:`miaudit.analysis.paired_runs`; used only while both results.json are unchanged). A
+"similar" claim (the paper reports no difference) is *reproduced* when the intervals overlap. A
+claim whose metrics disagree is *mixed* (each metric's verdict named). A row whose models fall
+below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and
+decides nothing. A claim that lists seeds (issue 26 item 5: its rows rerun in one experiment per
+seed) is decided at each: its verdict stands only when two seeds or more ran and agree
+("reproduced (seeds 0, 1)"); one seed says "(one seed)", disagreement "seeds disagree".
 """
 
 from __future__ import annotations
@@ -51,18 +54,21 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 
 import yaml
 from scipy.stats import norm, t
 
 from miaudit.intervals import hanley_mcneil_variance, target_summary_interval
+from miaudit.io import DIGEST_KEY
 from miaudit.metrics import clopper_pearson
 from miaudit.privacy.bounds import roc_bound
 
 HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"
 DATA = HERE / "claims.yaml"  # floors, queue, rows and claims (its header gives the schema)
+PAIRED = HERE / "paired.json"  # cross-run paired differences, written by paired.py
 ODE_MODELS = ("odenet", "odenet64", "sdenet", "sonode", "anode", "hbnode")
 ADVERSARIAL_RECIPES = ("pgd_at", "trades")
 NAN = float("nan")
@@ -325,13 +331,28 @@ def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[
 
 
 def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
-    """high - low on ``metric`` with its paired-bootstrap interval, when both rows are
-    attacks of one run (same targets, same samples: results.json's ``differences``)."""
-    if (high.experiment, high.stem) != (low.experiment, low.stem):
-        return None
+    """high - low on ``metric`` with its paired-bootstrap interval: for two attacks of one run
+    results.json's ``differences``; for two runs with the same memberships the entry that
+    paired.py computed from their scores, while both results.json are the ones it read."""
     summary = load(high.experiment, high.stem) or {}
-    record = summary.get("attacks", {}).get(high.attack, {})
-    return (record.get("differences") or {}).get(low.attack, {}).get(metric)
+    if (high.experiment, high.stem) == (low.experiment, low.stem):
+        record = summary.get("attacks", {}).get(high.attack, {})
+        return (record.get("differences") or {}).get(low.attack, {}).get(metric)
+    entry = paired_entries().get(paired_key(high, low))
+    other = load(low.experiment, low.stem) or {}
+    if entry is None or entry["digests"] != [summary.get(DIGEST_KEY), other.get(DIGEST_KEY)]:
+        return None
+    return entry.get(metric)
+
+
+def paired_key(high: Row, low: Row) -> str:
+    return (f"{high.experiment}/{high.stem}:{high.attack} - "
+            f"{low.experiment}/{low.stem}:{low.attack}")
+
+
+@cache
+def paired_entries() -> dict[str, dict]:
+    return json.loads(PAIRED.read_text()) if PAIRED.exists() else {}
 
 
 def fmt_difference(metric: str, difference: dict) -> str:

@@ -24,7 +24,6 @@ from typing import Any
 from rich.console import Console
 
 import miaudit
-from miaudit import Results
 from miaudit.cli import parse_set_items
 from miaudit.errors import MiauditError
 from miaudit.io import DIGEST_KEY
@@ -50,15 +49,16 @@ MOVED = {
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
                    threads: int | None = None, sets: dict[str, Any] | None = None,
-                   only: list[str] | None = None) -> Path:
+                   only: list[str] | None = None, collect: bool = False) -> Path:
     """Run the experiment's configs (``only``: those stems; the others' rows come from their
-    committed outputs when their run directories are still here) and write ``outputs/``."""
+    committed outputs) and write ``outputs/``; ``collect``: run none, only rewrite the summary
+    and comparison page from the committed outputs (e.g. results made on another machine)."""
     folder = HERE / name
     outputs = folder / "outputs"
     outputs.mkdir(exist_ok=True)
     rows = []
     for config_file in sorted(folder.glob("*.yaml")):
-        if only and config_file.stem not in only:
+        if collect or (only and config_file.stem not in only):
             if (row := committed_row(outputs, config_file.stem)) is not None:
                 rows.append(row)
             continue
@@ -73,18 +73,20 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
                          "memorization.png", "report.html"):
             if (results.run_dir / artefact).exists():
                 shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
-        rows.append((stem, results))
+        rows.append((stem, results.run_dir, results.summary))
     (outputs / "summary.md").write_text(markdown(rows))
     if len(rows) > 1:  # the papers' kind of table across the configs, as a page
         from miaudit.reporting.compare import comparison, load_views, write_compare_html
 
-        write_compare_html(comparison(load_views([r.run_dir for _, r in rows])),
+        write_compare_html(comparison(load_views([source for _, source, _ in rows])),
                            outputs / "compare.html")
     return outputs
 
 
-def committed_row(outputs: Path, stem: str) -> tuple[str, Results] | None:
-    """(stem, results) of a config not rerun: its committed results.json and run dir."""
+def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
+    """(stem, source, summary) of a config not rerun: its committed results.json, read from
+    its run directory when that is here, else from the committed file itself (a run made on
+    another machine, e.g. a GPU)."""
     path = outputs / f"{stem}.results.json"
     if not path.exists():
         return None
@@ -92,24 +94,29 @@ def committed_row(outputs: Path, stem: str) -> tuple[str, Results] | None:
     record.pop(DIGEST_KEY, None)
     summary = Summary.model_validate(record)
     run_dir = Path(summary.run_dir)
-    return (stem, Results(run_dir=run_dir, summary=summary)) if run_dir.is_dir() else None
+    return stem, (run_dir if run_dir.is_dir() else path), summary
 
 
-def markdown(rows: list[tuple[str, Results]]) -> str:
+def markdown(rows: list[tuple[str, Path, Summary]]) -> str:
     """The comparison table of the experiment's runs (every attack they share; TPR@0.1% with
     its 95% CI), then a line per config: accuracy, size, time, robust accuracy, DP guarantee."""
-    table = compare_markdown([results.run_dir for _, results in rows])
-    notes = [f"- {stem}: {model_line(results.summary)}; {len(results.summary.targets)} "
-             f"target(s), {results.summary.num_models} models, pool "
-             f"{results.summary.pool_size}, "
-             f"{results.summary.target_models.train_seconds_mean:.1f} s/model, this run "
-             f"{_seconds_this_run(results.summary)} s"
-             + extra_note(results.summary) for stem, results in rows]
+    table = compare_markdown([source for _, source, _ in rows])
+    notes = [f"- {stem}: {model_line(summary)}; {len(summary.targets)} target(s), "
+             f"{summary.num_models} models, pool {summary.pool_size}, "
+             f"{summary.target_models.train_seconds_mean:.1f} s/model, this run "
+             f"{_seconds_this_run(summary)} s{_on_device(summary)}" + extra_note(summary)
+             for stem, _, summary in rows]
     return table + "\n" + "\n".join(notes) + "\n"
 
 
 def _seconds_this_run(summary: Summary) -> float | str:
     return "n/a" if summary.timing is None else summary.timing.total_seconds_this_run
+
+
+def _on_device(summary: Summary) -> str:
+    """' on cuda' for a run timed on an accelerator (the times are not CPU times)."""
+    device = None if summary.timing is None else summary.timing.device
+    return "" if device in (None, "cpu") else f" on {device}"
 
 
 def extra_note(summary: Summary) -> str:
@@ -138,6 +145,9 @@ def main() -> None:
     parser.add_argument("--only", action="append", default=[], metavar="STEM",
                         help="run only this config (repeatable); the summary keeps the others' "
                              "committed rows")
+    parser.add_argument("--collect", action="store_true",
+                        help="run nothing: rewrite outputs/summary.md and compare.html from the "
+                             "committed results.json files")
     args = parser.parse_args()
     available = experiments()
     if args.list or not args.names:
@@ -147,7 +157,7 @@ def main() -> None:
         name = resolve(given, available)
         print(json.dumps({"experiment": name, "outputs": str(run_experiment(
             name, args.data_dir, args.device, args.threads, parse_sets(args.sets),
-            args.only))}))
+            args.only, args.collect))}))
 
 
 def experiments() -> list[str]:

@@ -199,3 +199,21 @@ def test_every_config_run_line_names_its_own_folder():
                 assert words[4] == str(config.parent.relative_to(experiments)), config
                 if "--only" in words:
                     assert words[words.index("--only") + 1] == config.stem, config
+
+
+def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchanged(monkeypatch):
+    # Issue 26: two runs with the same memberships are compared by paired.py's interval of the
+    # difference; a rerun (a new results.json digest) falls back to the two intervals.
+    rows = {"h": claims.Row("h", "e", "high"), "l": claims.Row("l", "e", "low")}
+    monkeypatch.setattr(claims, "ROWS", rows)
+    summaries = {stem: {**_seeded_summary(auc), "sha256": stem} for stem, auc
+                 in (("high", 0.61), ("low", 0.60))}  # overlapping intervals: inconclusive
+    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: summaries[stem])
+    key = claims.paired_key(rows["h"], rows["l"])
+    entry = {"digests": ["high", "low"], "auc": {"value": 0.01, "ci": [0.004, 0.016]}}
+    monkeypatch.setattr(claims, "paired_entries", lambda: {key: entry})
+    claim = claims.Claim("s", "h", "l", ("auc",))
+    verdict, text = claims.decide(claim)
+    assert verdict == "reproduced" and "paired +0.010 [+0.004, +0.016]" in text
+    summaries["low"]["sha256"] = "rerun"
+    assert claims.decide(claim)[0] == "inconclusive"

@@ -10,8 +10,10 @@ from miaudit.config import validate_config
 from miaudit.modeljob import train_model
 from miaudit.pipeline import audit, plan_audit
 
+# device cpu: bit-identity is a CPU property (cuDNN's convolution gradients are not
+# deterministic, so on CUDA even two trainings in one go differ in the last bits)
 SNN = {
-    "data": {"name": "digits", "pool_size": 160}, "num_models": 4, "seed": 3,
+    "data": {"name": "digits", "pool_size": 160}, "num_models": 4, "seed": 3, "device": "cpu",
     "model": {"name": "snn_cnn", "width": 0.25, "options": {"T": 2}},
     "train": {"recipe": "ann2snn", "epochs": 1, "batch_size": 32,
               "recipe_options": {"calib_epochs": 1, "latency_epochs": 1,
@@ -19,7 +21,7 @@ SNN = {
     "attacks": ["loss"], "queries": ["identity"],
 }
 FINETUNE = {
-    "data": {"name": "digits", "pool_size": 160}, "num_models": 4, "seed": 3,
+    "data": {"name": "digits", "pool_size": 160}, "num_models": 4, "seed": 3, "device": "cpu",
     "model": {"name": "resnet14", "width": 0.125},
     "train": {"recipe": "replace_finetune", "epochs": 1, "batch_size": 32,
               "recipe_options": {"steps": 2, "stepper": "euler_maruyama", "sigma": 0.5}},
@@ -157,10 +159,11 @@ def test_replace_finetune_reuses_the_standard_family_model():
 
 def test_models_without_a_parent_keep_their_identities():
     """Pinned: the default family's model identities as computed before parents and
-    train.precision existed (a changed value would retrain every cached model)."""
+    train.precision existed (a changed value would retrain every cached model). On CPU: the
+    device kind is part of an identity (a CUDA-trained model is another model)."""
     for train in ({}, {"amp": False}, {"precision": "fp32"}):
         jobs = plan_audit(validate_config({"attacks": ["loss"], "num_models": 4,
-                                           "train": train})).jobs
+                                           "train": train, "device": "cpu"})).jobs
         assert jobs[0].parent is None
         assert [jobs[0].identity, jobs[3].identity] == [
             "f5d23725a1abbc4b843a4a4d0c205a44", "1b6db49e8165b7f89859bc48263ba44e"]

@@ -318,3 +318,18 @@ def test_roc_png_draws_tied_scores_as_the_html_panels_do(tmp_path, monkeypatch):
     lines = [line for line in drawn["roc.png"].axes[0].get_lines()
              if line.get_label().startswith("a (")]
     assert lines and all(line.get_drawstyle() == "steps-post" for line in lines)
+
+
+def test_a_saturated_attack_is_said_to_be_saturated():
+    """Issue 26: RMIA with gamma = 2 on fast-AT + DeMem models scored 0 for 99% of the samples
+    (2 distinct values), printing AUC 0.500 and TPR@1% 0.02% (below chance) without a word."""
+    from miaudit.scoring import saturation_caveat
+
+    rng = np.random.default_rng(0)
+    tied = np.where(rng.random((8, 1000)) < 0.99, 0.0, 1 / 120)
+    caveat = saturation_caveat(tied)
+    assert caveat.startswith("saturated: 99% of the scores share one value (0;")
+    assert "2 distinct values" in caveat
+    assert saturation_caveat(rng.normal(size=(8, 1000))) is None
+    half = np.r_[np.zeros(499), rng.normal(size=501)]  # under half tied: ranks enough
+    assert saturation_caveat(half) is None

@@ -72,8 +72,9 @@ def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, membe
         "per_class": metrics.per_class(scores.ravel(), members.ravel(),
                                        np.tile(labels, len(scores))),
     }
-    if caveat := resolution_caveat(int((~members).sum())):
-        summary["caveats"] = [caveat]
+    caveats = [resolution_caveat(int((~members).sum())), saturation_caveat(scores)]
+    if caveats := [caveat for caveat in caveats if caveat]:
+        summary["caveats"] = caveats
     if privacy is not None:
         summary["empirical_epsilon"] = empirical_epsilon(
             scores, members, privacy.delta, claimed_epsilon=privacy.epsilon).as_dict()
@@ -90,6 +91,23 @@ def resolution_caveat(nonmembers: int) -> str | None:
     return (f"only {nonmembers} non-members in all: an FPR of {coarsest:.0%} needs at least "
             f"{needed}, so the TPR columns rest on too few samples; score more samples "
             "(data.pool_size)")
+
+
+SATURATED = 0.5  # share of (target, sample) scores at one tied value that makes an attack saturated
+
+
+def saturation_caveat(scores: np.ndarray) -> str | None:
+    """A warning when one tied value holds most scores: the attack cannot rank those samples
+    (e.g. RMIA whose gamma exceeds every likelihood ratio these models produce scores 0 for
+    nearly all), so its low TPR and AUC near 0.5 say more about the attack's setting than
+    about the models' leakage."""
+    values, counts = np.unique(np.asarray(scores).ravel(), return_counts=True)
+    share = counts.max() / counts.sum()
+    if share < SATURATED:
+        return None
+    return (f"saturated: {share:.0%} of the scores share one value ({values[counts.argmax()]:.4g};"
+            f" {len(values)} distinct values in all), so the attack ranks few samples and its "
+            "TPR and AUC understate what a tuned attack finds (for RMIA: lower gamma)")
 
 
 def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,

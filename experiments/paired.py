@@ -1,0 +1,92 @@
+"""Cross-run paired differences for the claims of experiments/claims.yaml.
+
+A claim whose two rows are two audits with the same memberships (same data, seed, number of
+models and protocol: e.g. an SNN at T = 1 and at T = 2, or fast AT with and without DeMem) is
+decided by the paired two-way bootstrap interval of the difference
+(:mod:`miaudit.analysis.paired_runs`) instead of by two intervals that overlap. That needs the
+runs' per-sample scores, which live in the run directories (not committed); this script
+computes the differences where the run directories are here and writes them, with the digests
+of the two committed results.json files they were computed from, to ``experiments/paired.json``
+(committed). claims.py uses an entry only while both digests still match the committed outputs,
+so a rerun never leaves a stale difference behind.
+
+Usage:
+    python experiments/paired.py                  # every claim whose run directories are here
+    python experiments/paired.py --runs /tmp/gpu  # also look for run directories under these
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from miaudit.analysis.paired_runs import KEYS, NotPaired, paired_run_difference
+from miaudit.io import DIGEST_KEY, write_bytes
+from miaudit.reporting.run_view import RunView
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import claims as C  # noqa: E402  (the claims' rows, seeds and committed outputs)
+
+
+def run_dir(record: dict, roots: list[Path]) -> Path | None:
+    """The run directory of a committed results.json: where it was made, else a directory of
+    the same name under one of ``roots`` (e.g. run directories brought back from a GPU)."""
+    made = Path(record["run_dir"])
+    if made.is_dir():
+        return made
+    return next((root / made.name for root in roots if (root / made.name).is_dir()), None)
+
+
+def pairs() -> list[tuple[C.Row, C.Row, tuple[str, ...]]]:
+    """(high, low, metrics) of every greater-claim (at every seed) whose rows are two runs."""
+    out = []
+    for claim in C.CLAIMS:
+        if claim.kind != "greater" or not claim.low:
+            continue
+        for seed in sorted(claim.seeds) or [None]:
+            high, low = C.rows_of(claim, seed)
+            if (high.experiment, high.stem) != (low.experiment, low.stem):
+                out.append((high, low, tuple(m for m in claim.metrics if m in KEYS)))
+    return out
+
+
+def compute(high: C.Row, low: C.Row, metrics: tuple[str, ...], roots: list[Path]
+            ) -> tuple[dict | None, str]:
+    """(entry or None, what happened)."""
+    records = [C.load(row.experiment, row.stem) for row in (high, low)]
+    if None in records:
+        return None, "not run"
+    dirs = [run_dir(record, roots) for record in records]
+    if None in dirs:
+        return None, "run directory not here"
+    try:
+        found = paired_run_difference(RunView(dirs[0]), high.attack, RunView(dirs[1]),
+                                      low.attack, metrics)
+    except NotPaired as error:
+        return None, f"not paired: {error}"
+    except (OSError, ValueError) as error:  # e.g. scores of an attack the run lacks
+        return None, f"unreadable: {error}"
+    return {"digests": [record.get(DIGEST_KEY) for record in records], **found}, "computed"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, action="append", default=[],
+                        help="another folder holding run directories (repeatable)")
+    args = parser.parse_args(argv)
+    stored = json.loads(C.PAIRED.read_text()) if C.PAIRED.exists() else {}
+    for high, low, metrics in pairs():
+        key = C.paired_key(high, low)
+        entry, what = compute(high, low, metrics, args.runs)
+        if entry is not None:
+            stored[key] = entry
+        print(f"{what:>24}: {key}")
+    write_bytes(C.PAIRED, (json.dumps(dict(sorted(stored.items())), indent=1) + "\n").encode())
+    print(f"wrote {os.path.relpath(C.PAIRED)}")
+
+
+if __name__ == "__main__":
+    main()

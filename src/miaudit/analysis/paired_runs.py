@@ -1,0 +1,87 @@
+"""Paired comparison of two audits that share their memberships: "does run A leak more than run
+B" decided by one interval of the difference, not by two intervals that overlap.
+
+Two audits made with the same data, seed, number of models and protocol share their keep
+matrix and audited samples (e.g. an SNN at T = 1 and at T = 2 converted from the same ANNs, or
+adversarial training with and without a penalty). Their scores then form two crossed arrays
+(targets x samples) on the same cells, and the two-way bootstrap of
+:mod:`miaudit.intervals` applies to the difference: every replicate resamples targets and
+samples once and recomputes both runs' pooled statistics on the same resampled cells
+(target t of A is paired with target t of B: the same membership row). The difference's
+percentile interval keeps the runs' correlation over samples (an easy sample is easy for both
+runs), so it is narrower than the two intervals' overlap test, and it covers what a rerun of
+both audits with new models would see, as the single-run interval does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from miaudit import intervals, metrics
+
+KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
+
+
+class NotPaired(ValueError):
+    """The two audits do not share targets, audited samples and memberships."""
+
+
+def paired_difference(scores_a: np.ndarray, scores_b: np.ndarray, members: np.ndarray,
+                      keys: Sequence[str] = KEYS, rounds: int = intervals.ROUNDS,
+                      seed: int = 0) -> dict[str, dict[str, Any]]:
+    """{key: {"value": a - b, "ci": [lo, hi]}} for (T, N) ``scores_a`` and ``scores_b`` of the
+    same cells with membership ``members`` (T, N). Keys that are not measurable in either run
+    (TPR level below 1 / non-members, or tied top scores) are left out."""
+    scores_a, scores_b = np.asarray(scores_a, float), np.asarray(scores_b, float)
+    members = np.asarray(members, bool)
+    if not scores_a.shape == scores_b.shape == members.shape:
+        raise NotPaired(f"scores {scores_a.shape} and {scores_b.shape} do not match the "
+                        f"memberships {members.shape}")
+    pooled_a = metrics.summarize(scores_a.ravel(), members.ravel())
+    pooled_b = metrics.summarize(scores_b.ravel(), members.ravel())
+    resamples = intervals.Resamples.draw(*members.shape, rounds=rounds, seed=seed)
+    levels = metrics.DEFAULT_FPR_LEVELS
+    replicates_a = intervals.replicate_metrics(scores_a, members, resamples, levels)
+    replicates_b = intervals.replicate_metrics(scores_b, members, resamples, levels)
+    out = {}
+    for key in keys:
+        if not all(pooled.get(f"{key}_measurable", True) for pooled in (pooled_a, pooled_b)):
+            continue
+        delta = replicates_a[key] - replicates_b[key]
+        if np.isfinite(delta).any():
+            out[key] = {"value": float(pooled_a[key] - pooled_b[key]),
+                        "ci": intervals.percentile_interval(delta)}
+    return out
+
+
+def check_paired(targets_a: list[int], targets_b: list[int], audited_a: np.ndarray,
+                 audited_b: np.ndarray, members_a: np.ndarray, members_b: np.ndarray) -> None:
+    """Raise :class:`NotPaired` unless both audits score the same targets (membership rows)
+    on the same audited pool samples with the same memberships."""
+    if list(targets_a) != list(targets_b):
+        raise NotPaired(f"the audits' targets differ ({targets_a} vs {targets_b})")
+    if not np.array_equal(audited_a, audited_b):
+        raise NotPaired("the audits score different pool samples (another data split)")
+    if not np.array_equal(members_a, members_b):
+        raise NotPaired("the audits' memberships differ (another seed, number of models or "
+                        "protocol)")
+    if len(targets_a) < 2:
+        raise NotPaired("one target only: a paired interval over targets needs two or more")
+
+
+def paired_run_difference(run_a: Any, label_a: str, run_b: Any, label_b: str,
+                          keys: Sequence[str] = KEYS) -> dict[str, dict[str, Any]]:
+    """:func:`paired_difference` of attack ``label_a`` of audit ``run_a`` minus ``label_b`` of
+    ``run_b`` (:class:`miaudit.reporting.run_view.RunView` objects of run directories that hold
+    their scores); :class:`NotPaired` when the audits do not share their memberships."""
+    from miaudit.rundir import RunDir
+
+    for run in (run_a, run_b):
+        if not run.has_scores():
+            raise NotPaired(f"{run.root} holds no scores (only results.json was kept)")
+    check_paired(run_a.targets, run_b.targets, RunDir(run_a.root).read_split()["audited"],
+                 RunDir(run_b.root).read_split()["audited"], run_a.members, run_b.members)
+    return paired_difference(run_a.scores(label_a), run_b.scores(label_b), run_a.members, keys)
