@@ -89,6 +89,8 @@ def test_the_data_file_names_existing_experiments_and_matches_the_queue():
             assert (experiments / experiment).is_dir(), claim
         if claim.seeds:  # the rows are read from each seed's experiment: they share one
             assert high.experiment == low.experiment == claim.seeds[min(claim.seeds)], claim
+            for experiment in claim.seeds.values():  # and the queue runs every seed's copy
+                assert experiment in claims.QUEUE, (claim, experiment)
     assert list(claims.FLOORS) == ["ResNet-14", "ODE/SDE", "SNN/ANN twin", "adversarial"]
 
 
