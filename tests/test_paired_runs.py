@@ -90,3 +90,20 @@ def test_audits_that_do_not_share_memberships_are_refused(change, message):
     with pytest.raises(NotPaired, match=message):
         check_paired(**{**given, **change})
     check_paired(**given)  # the unchanged pair passes
+
+
+def test_the_paired_interval_covers_the_true_difference_of_a_known_world():
+    # Coverage against a world whose truth is known by quadrature (analysis/synthetic_world):
+    # two audits sharing memberships and samples, one leaking more (effect scale 1.5 vs 1.2).
+    # The paired interval covers the true difference and decides a > b at least as often as
+    # two separate intervals that must not overlap (benchmarks/interval_coverage.py --paired:
+    # the full-size study).
+    from miaudit.analysis.synthetic_world import World, paired_coverage_study
+
+    result = paired_coverage_study(World(), World(scale=1.2), audits=30, num_models=8,
+                                   num_samples=400, rounds=200)
+    assert result.truth["auc"] == pytest.approx(0.0143, abs=5e-4)  # pinned (quadrature)
+    for key in ("tpr@0.1%", "tpr@1%", "auc"):
+        assert result.covered[key] >= 0.85, key
+        assert result.decided_paired[key] >= result.decided_separate[key], key
+    assert result.decided_paired["auc"] > result.decided_separate["auc"]

@@ -157,3 +157,72 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
     share = {kind: {k: v / audits for k, v in hits[kind].items()} for kind in kinds}
     return Coverage(audits, truth, share["new"], share["old"], widths["new"], widths["old"],
                     share["summaries"], widths["summaries"])
+
+
+def paired_audit(world_a: World, world_b: World, num_models: int, num_samples: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores_a, scores_b, members): two audits with the same memberships and samples (the
+    same data, seed and protocol; e.g. one model family at two latencies), whose models are
+    trained apart. The samples' difficulty and their membership effect's draw are shared (an
+    easy or a vulnerable sample is so for both), scaled by each world's ``scale``; model
+    offsets, strengths and noise are each run's own. Both worlds need the same ``shape``."""
+    if world_a.shape != world_b.shape:
+        raise ValueError("paired worlds share the membership effect's draw: same shape")
+    members = balanced_memberships(num_models, num_samples, rng)
+    difficulty = rng.normal(0.0, 1.0, num_samples)
+    effect = rng.gamma(world_a.shape, 1.0, num_samples)
+
+    def scores(world: World) -> np.ndarray:
+        offset = rng.normal(0.0, world.sd_model, (num_models, 1))
+        strength = np.exp(rng.normal(0.0, world.sd_strength, (num_models, 1)))
+        noise = rng.normal(0.0, world.sd_noise, (num_models, num_samples))
+        return (offset + world.sd_sample * difficulty
+                + members * strength * world.scale * effect + noise)
+    return scores(world_a), scores(world_b), members
+
+
+@dataclass(frozen=True)
+class PairedCoverage:
+    """Per metric: the true difference (world a - world b), the share of audits whose paired
+    interval covered it and its mean width, and how often each rule decided a > b: the paired
+    interval excluding 0 from below, and two separate intervals not overlapping."""
+
+    audits: int
+    truth: dict[str, float]
+    covered: dict[str, float]
+    width: dict[str, float]
+    decided_paired: dict[str, float]
+    decided_separate: dict[str, float]
+
+
+def paired_coverage_study(world_a: World, world_b: World, audits: int, num_models: int,
+                          num_samples: int, fpr_levels: Sequence[float] = (1e-3, 1e-2),
+                          rounds: int | None = None, seed: int = 0) -> PairedCoverage:
+    """Simulate ``audits`` pairs of rotation audits (:func:`paired_audit`) and check the
+    interval of :func:`miaudit.analysis.paired_runs.paired_difference` against the difference
+    of the two populations' truths (quadrature)."""
+    from miaudit import intervals
+    from miaudit.analysis.paired_runs import paired_difference
+
+    truth_a, truth_b = world_a.truth(fpr_levels), world_b.truth(fpr_levels)
+    truth = {key: truth_a[key] - truth_b[key] for key in truth_a}
+    rng = np.random.default_rng(seed)
+    rounds = rounds or intervals.ROUNDS
+    totals = {name: dict.fromkeys(truth, 0.0) for name in ("covered", "width", "paired",
+                                                            "separate")}
+    for audit in range(audits):
+        a, b, members = paired_audit(world_a, world_b, num_models, num_samples, rng)
+        found = paired_difference(a, b, members, tuple(truth), rounds, seed=seed + audit)
+        resamples = intervals.Resamples.draw(num_models, num_samples, rounds, seed + audit)
+        own = [intervals.intervals(intervals.replicate_metrics(s, members, resamples,
+                                                               fpr_levels)) for s in (a, b)]
+        for key, value in truth.items():
+            low, high = found[key]["ci"]
+            totals["covered"][key] += low <= value <= high
+            totals["width"][key] += high - low
+            totals["paired"][key] += low > 0
+            totals["separate"][key] += own[0][key][0] > own[1][key][1]
+    share = {name: {key: total / audits for key, total in values.items()}
+             for name, values in totals.items()}
+    return PairedCoverage(audits, truth, share["covered"], share["width"], share["paired"],
+                          share["separate"])
