@@ -107,3 +107,36 @@ def test_the_paired_interval_covers_the_true_difference_of_a_known_world():
         assert result.covered[key] >= 0.85, key
         assert result.decided_paired[key] >= result.decided_separate[key], key
     assert result.decided_paired["auc"] > result.decided_separate["auc"]
+
+
+def test_compare_paired_prints_each_run_minus_the_first(tmp_path):
+    # Two audits with the same memberships (only the epochs differ) are paired; a third at
+    # another seed has other memberships and is said to be unpaired, not compared wrongly.
+    import re
+
+    from typer.testing import CliRunner
+
+    from conftest import tiny_audit
+    from miaudit.cli import app
+    from miaudit.config import validate_config
+    from miaudit.pipeline import audit
+    from miaudit.reporting.run_view import RunView
+
+    runs = [audit(validate_config(tiny_audit(tmp_path, attacks=["loss"], **extra)),
+                  show_progress=False).run_dir
+            for extra in ({}, {"train": {"epochs": 2, "batch_size": 32, "lr": 0.1}},
+                          {"seed": 4})]
+    result = CliRunner().invoke(app, ["compare", *map(str, runs), "--paired"],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = lines.index(next(line for line in lines if "paired differences" in line))
+    row_2 = next(line for line in lines[start:] if line.startswith("│ 2."))
+    # 40 non-members: TPR@0.1% is not measurable; AUC: the difference with its interval
+    cells = [cell.strip() for cell in row_2.split("│")[1:-1]]
+    assert cells[1:3] == ["loss", "n/m"]
+    assert re.fullmatch(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", cells[4])
+    auc = [RunView(run).attacks["loss"].auc for run in runs[:2]]
+    assert float(cells[4].split()[0]) == pytest.approx(auc[1] - auc[0], abs=6e-4)
+    assert any(line.startswith("│ 3.") and "not paired: the audits score different pool "
+               "samples" in line for line in lines[start:])  # another seed, another split

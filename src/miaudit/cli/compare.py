@@ -34,12 +34,21 @@ def compare(
                                                 "runs' tables (labels may hold commas), e.g. "
                                                 "'lira;rmia'; default: every attack the runs "
                                                 "have in common")] = None,
+    paired: Annotated[bool, typer.Option("--paired", help="also each run minus the first with "
+                                         "the paired 95% interval of the difference (runs with "
+                                         "the same memberships: same data, seed, models, "
+                                         "protocol; needs their run directories)")] = False,
 ) -> None:
     """Compare runs: one row per run (labelled by what differs between their configs), target
     accuracy and gap, and per attack TPR@0.1% FPR [95% CI], TPR@1% FPR and AUC."""
     chosen = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
     table = comparison(load_views(run_dirs), chosen)
     console.print(rich_table(table))
+    if paired:
+        from miaudit.reporting.paired_table import paired_rows, paired_table
+
+        labels = [f"{number}. {label}" for number, label in enumerate(table.labels, start=1)]
+        console.print(paired_table(paired_rows(table.views, labels, table.attacks)))
     if html is not None:
         console.print(f"HTML comparison: {write_compare_html(table, html)}", markup=False)
 

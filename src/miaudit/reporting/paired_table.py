@@ -1,0 +1,50 @@
+"""``miaudit compare --paired``: each run minus the first, per attack, with the paired
+interval of the difference when the runs share their memberships (same data, seed, number of
+models and protocol; :mod:`miaudit.analysis.paired_runs`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.markup import escape as rich_escape
+from rich.table import Table
+
+from miaudit.analysis.paired_runs import KEYS, NotPaired, paired_run_difference
+from miaudit.reporting.run_view import RunView
+
+CAPTION = ("run minus run 1, same attack; TPR in points, AUC as a fraction; [95% interval of "
+           "the difference]: two-way bootstrap over targets and samples, both runs recomputed "
+           "on the same resamples (paired); n/m: not measurable in one of the runs")
+NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC"}
+
+
+def paired_rows(views: Sequence[RunView], labels: Sequence[str], attacks: Sequence[str]
+                ) -> list[list[str]]:
+    """One row per (run after the first, attack): the differences, or why there are none."""
+    rows = []
+    for view, label in zip(views[1:], labels[1:]):
+        for attack in attacks:
+            try:
+                found = paired_run_difference(view, attack, views[0], attack)
+            except NotPaired as error:
+                rows.append([label, attack, f"not paired: {error}", "", ""])
+                continue
+            rows.append([label, attack, *(_cell(key, found.get(key)) for key in KEYS)])
+    return rows
+
+
+def _cell(key: str, difference: dict | None) -> str:
+    if difference is None:
+        return "n/m"
+    scale, digits = (1, 3) if key == "auc" else (100, 2)
+    low, high = (scale * value for value in difference["ci"])
+    return f"{scale * difference['value']:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+
+
+def paired_table(rows: list[list[str]]) -> Table:
+    out = Table(title="paired differences (run - run 1)", caption=CAPTION)
+    for name in ("run", "attack", *(NAMES[key] for key in KEYS)):
+        out.add_column(name, justify="left" if name in ("run", "attack") else "right")
+    for row in rows:
+        out.add_row(*(rich_escape(cell) for cell in row))
+    return out
