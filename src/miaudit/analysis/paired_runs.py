@@ -11,6 +11,11 @@ samples once and recomputes both runs' pooled statistics on the same resampled c
 percentile interval keeps the runs' correlation over samples (an easy sample is easy for both
 runs), so it is narrower than the two intervals' overlap test, and it covers what a rerun of
 both audits with new models would see, as the single-run interval does.
+
+Measured against a synthetic world with known truth (``benchmarks/interval_coverage.py
+--paired``: 100 pairs of 16-model audits on 2,000 shared samples): coverage of the true
+difference 99.0% (TPR@0.1%), 98.0% (TPR@1%), 94.0% (AUC); it decided the leakier run higher
+in 39-46% of the pairs where two separate intervals that must not overlap did in 1-5%.
 """
 
 from __future__ import annotations
