@@ -23,8 +23,9 @@ import os
 import sys
 from pathlib import Path
 
-from miaudit.analysis.paired_runs import KEYS, NotPaired, paired_run_difference
+from miaudit.analysis.paired_runs import NotPaired, paired_run_difference
 from miaudit.io import DIGEST_KEY, write_bytes
+from miaudit.metrics import HEADLINE_KEYS
 from miaudit.reporting.run_view import RunView
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,7 +50,8 @@ def pairs() -> list[tuple[C.Row, C.Row, tuple[str, ...]]]:
         for seed in sorted(claim.seeds) or [None]:
             high, low = C.rows_of(claim, seed)
             if (high.experiment, high.stem) != (low.experiment, low.stem):
-                out.append((high, low, tuple(m for m in claim.metrics if m in KEYS)))
+                metrics = tuple(m for m in claim.metrics if m in HEADLINE_KEYS)
+                out.append((high, low, metrics))
     return out
 
 
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, action="append", default=[],
                         help="another folder holding run directories (repeatable)")
     args = parser.parse_args(argv)
-    stored = json.loads(C.PAIRED.read_text()) if C.PAIRED.exists() else {}
+    stored = dict(C.paired_entries())
     for high, low, metrics in pairs():
         key = C.paired_key(high, low)
         entry, what = compute(high, low, metrics, args.runs)

@@ -331,19 +331,24 @@ def add_paired_differences(attacks: dict[str, dict], replicates: dict[str, dict]
     not measurable for either attack are left out."""
     for a, record in attacks.items():
         record["differences"] = {
-            b: _differences(record, other, replicates[a], replicates[b], keys)
+            b: paired_differences(record["pooled"], other["pooled"], replicates[a],
+                                  replicates[b], keys)
             for b, other in attacks.items() if b != a}
 
 
-def _differences(record: dict, other: dict, replicates: dict[str, np.ndarray],
-                 other_replicates: dict[str, np.ndarray], keys: Sequence[str]) -> dict:
+def paired_differences(pooled_a: dict, pooled_b: dict, replicates_a: dict[str, np.ndarray],
+                       replicates_b: dict[str, np.ndarray], keys: Sequence[str]) -> dict:
+    """{key: {"value": a - b, "ci": [lo, hi]}} from two pooled summaries and their replicates
+    computed on the same resamples (two attacks of one audit, or two audits with the same
+    memberships: :mod:`miaudit.analysis.paired_runs`). Keys not measurable in either, or with
+    no finite replicate difference, are left out."""
     out = {}
     for key in keys:
-        if not (_measurable(record, key) and _measurable(other, key)):
+        if not all(pooled.get(f"{key}_measurable", True) for pooled in (pooled_a, pooled_b)):
             continue
-        delta = replicates[key] - other_replicates[key]
+        delta = replicates_a[key] - replicates_b[key]
         if np.isfinite(delta).any():
-            out[key] = {"value": float(record["pooled"][key] - other["pooled"][key]),
+            out[key] = {"value": float(pooled_a[key] - pooled_b[key]),
                         "ci": percentile_interval(delta)}
     return out
 

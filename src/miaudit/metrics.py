@@ -104,6 +104,11 @@ def tpr_key(level: float) -> str:
     return f"tpr@{level_name(level)}"
 
 
+# The headline metrics: the simultaneous bands over attacks (the report's strongest attack) and
+# the paired differences (of two attacks, or of two audits with the same memberships).
+HEADLINE_KEYS = (tpr_key(1e-3), tpr_key(1e-2), "auc")
+
+
 def clopper_pearson_intervals(successes: Any, trials: Any,
                               confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
     """Exact (Clopper & Pearson 1934) two-sided intervals for binomial proportions, vectorized.

@@ -21,9 +21,6 @@ from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results
 from miaudit.rundir import LAYOUT, RunDir, check_scores_names, scores_name
 
-#: the metrics the report names the strongest attack by, each with a band over all attacks
-SIMULTANEOUS_KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
-
 
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
                   references: Callable[[int], np.ndarray], audited: np.ndarray,
@@ -56,8 +53,9 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
             write_array(folder / scores_name(label), scores)
         if kept is not None:
             kept[label] = scores
-    intervals.add_simultaneous_bands(attacks, replicates, SIMULTANEOUS_KEYS)
-    intervals.add_paired_differences(attacks, replicates, SIMULTANEOUS_KEYS)
+    # the report names the strongest attack by these metrics, each with a band over all attacks
+    intervals.add_simultaneous_bands(attacks, replicates, metrics.HEADLINE_KEYS)
+    intervals.add_paired_differences(attacks, replicates, metrics.HEADLINE_KEYS)
     return attacks
 
 

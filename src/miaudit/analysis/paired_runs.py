@@ -27,15 +27,13 @@ import numpy as np
 
 from miaudit import intervals, metrics
 
-KEYS = (metrics.tpr_key(1e-3), metrics.tpr_key(1e-2), "auc")
-
 
 class NotPaired(ValueError):
     """The two audits do not share targets, audited samples and memberships."""
 
 
 def paired_difference(scores_a: np.ndarray, scores_b: np.ndarray, members: np.ndarray,
-                      keys: Sequence[str] = KEYS, rounds: int = intervals.ROUNDS,
+                      keys: Sequence[str] = metrics.HEADLINE_KEYS, rounds: int = intervals.ROUNDS,
                       seed: int = 0) -> dict[str, dict[str, Any]]:
     """{key: {"value": a - b, "ci": [lo, hi]}} for (T, N) ``scores_a`` and ``scores_b`` of the
     same cells with membership ``members`` (T, N). Keys that are not measurable in either run
@@ -45,21 +43,18 @@ def paired_difference(scores_a: np.ndarray, scores_b: np.ndarray, members: np.nd
     if not scores_a.shape == scores_b.shape == members.shape:
         raise NotPaired(f"scores {scores_a.shape} and {scores_b.shape} do not match the "
                         f"memberships {members.shape}")
-    pooled_a = metrics.summarize(scores_a.ravel(), members.ravel())
-    pooled_b = metrics.summarize(scores_b.ravel(), members.ravel())
     resamples = intervals.Resamples.draw(*members.shape, rounds=rounds, seed=seed)
+    (pooled_a, replicates_a), (pooled_b, replicates_b) = (
+        replicated(scores, members, resamples) for scores in (scores_a, scores_b))
+    return intervals.paired_differences(pooled_a, pooled_b, replicates_a, replicates_b, keys)
+
+
+def replicated(scores: np.ndarray, members: np.ndarray, resamples: intervals.Resamples
+               ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(pooled summary, replicate metrics) of one run's (T, N) scores on ``resamples``."""
     levels = metrics.DEFAULT_FPR_LEVELS
-    replicates_a = intervals.replicate_metrics(scores_a, members, resamples, levels)
-    replicates_b = intervals.replicate_metrics(scores_b, members, resamples, levels)
-    out = {}
-    for key in keys:
-        if not all(pooled.get(f"{key}_measurable", True) for pooled in (pooled_a, pooled_b)):
-            continue
-        delta = replicates_a[key] - replicates_b[key]
-        if np.isfinite(delta).any():
-            out[key] = {"value": float(pooled_a[key] - pooled_b[key]),
-                        "ci": intervals.percentile_interval(delta)}
-    return out
+    return (metrics.summarize(scores.ravel(), members.ravel(), levels),
+            intervals.replicate_metrics(scores, members, resamples, levels))
 
 
 def check_paired(targets_a: list[int], targets_b: list[int], audited_a: np.ndarray,
@@ -78,7 +73,7 @@ def check_paired(targets_a: list[int], targets_b: list[int], audited_a: np.ndarr
 
 
 def paired_run_difference(run_a: Any, label_a: str, run_b: Any, label_b: str,
-                          keys: Sequence[str] = KEYS) -> dict[str, dict[str, Any]]:
+                          keys: Sequence[str] = metrics.HEADLINE_KEYS) -> dict[str, dict[str, Any]]:
     """:func:`paired_difference` of attack ``label_a`` of audit ``run_a`` minus ``label_b`` of
     ``run_b`` (:class:`miaudit.reporting.run_view.RunView` objects of run directories that hold
     their scores); :class:`NotPaired` when the audits do not share their memberships."""

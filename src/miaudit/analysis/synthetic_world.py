@@ -200,9 +200,10 @@ def paired_coverage_study(world_a: World, world_b: World, audits: int, num_model
                           rounds: int | None = None, seed: int = 0) -> PairedCoverage:
     """Simulate ``audits`` pairs of rotation audits (:func:`paired_audit`) and check the
     interval of :func:`miaudit.analysis.paired_runs.paired_difference` against the difference
-    of the two populations' truths (quadrature)."""
+    of the two populations' truths (quadrature). The replicates are at the default FPR levels
+    (``fpr_levels`` picks the metrics checked)."""
     from miaudit import intervals
-    from miaudit.analysis.paired_runs import paired_difference
+    from miaudit.analysis.paired_runs import replicated
 
     truth_a, truth_b = world_a.truth(fpr_levels), world_b.truth(fpr_levels)
     truth = {key: truth_a[key] - truth_b[key] for key in truth_a}
@@ -212,10 +213,13 @@ def paired_coverage_study(world_a: World, world_b: World, audits: int, num_model
                                                             "separate")}
     for audit in range(audits):
         a, b, members = paired_audit(world_a, world_b, num_models, num_samples, rng)
-        found = paired_difference(a, b, members, tuple(truth), rounds, seed=seed + audit)
         resamples = intervals.Resamples.draw(num_models, num_samples, rounds, seed + audit)
-        own = [intervals.intervals(intervals.replicate_metrics(s, members, resamples,
-                                                               fpr_levels)) for s in (a, b)]
+        # what paired_runs.paired_difference computes, its replicates kept for the separate
+        # intervals (one bootstrap per run, not two)
+        runs = [replicated(scores, members, resamples) for scores in (a, b)]
+        found = intervals.paired_differences(*(pooled for pooled, _ in runs),
+                                             *(reps for _, reps in runs), tuple(truth))
+        own = [intervals.intervals(reps) for _, reps in runs]
         for key, value in truth.items():
             low, high = found[key]["ci"]
             totals["covered"][key] += low <= value <= high

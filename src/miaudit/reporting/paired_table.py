@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
-from miaudit.analysis.paired_runs import KEYS, NotPaired, paired_run_difference
+from miaudit.analysis.paired_runs import NotPaired, paired_run_difference
+from miaudit.metrics import HEADLINE_KEYS
 from miaudit.reporting.run_view import RunView
 
 CAPTION = ("run minus run 1, same attack; TPR in points, AUC as a fraction; [95% interval of "
@@ -29,7 +30,8 @@ def paired_rows(views: Sequence[RunView], labels: Sequence[str], attacks: Sequen
             except NotPaired as error:
                 rows.append([label, attack, f"not paired: {error}", "", ""])
                 continue
-            rows.append([label, attack, *(_cell(key, found.get(key)) for key in KEYS)])
+            rows.append([label, attack,
+                         *(_cell(key, found.get(key)) for key in HEADLINE_KEYS)])
     return rows
 
 
@@ -43,7 +45,7 @@ def _cell(key: str, difference: dict | None) -> str:
 
 def paired_table(rows: list[list[str]]) -> Table:
     out = Table(title="paired differences (run - run 1)", caption=CAPTION)
-    for name in ("run", "attack", *(NAMES[key] for key in KEYS)):
+    for name in ("run", "attack", *(NAMES[key] for key in HEADLINE_KEYS)):
         out.add_column(name, justify="left" if name in ("run", "attack") else "right")
     for row in rows:
         out.add_row(*(rich_escape(cell) for cell in row))
