@@ -36,7 +36,8 @@ direction, *not reproduced* when they separate the other way, *inconclusive* whe
 Two attacks of one run (same targets, same samples; results.json written since the paired
 differences were added) are compared by the paired-bootstrap interval of their difference
 instead (``differences`` in results.json, :func:`miaudit.intervals.add_paired_differences`):
-reproduced when it excludes 0 in the paper's direction. So are two runs with the same
+reproduced when it excludes 0 in the paper's direction (an inconclusive "greater" claim says
+what scale would decide it: :func:`scale_to_decide`). So are two runs with the same
 memberships (same data, seed, number of models, protocol), from the entries that
 ``experiments/paired.py`` computed from their run directories' scores into ``paired.json``
 (:mod:`miaudit.analysis.paired_runs`; used only while both results.json are unchanged). A
@@ -326,8 +327,32 @@ def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[
         low_end, high_end = difference["ci"]
         verdict = ("reproduced" if low_end > 0 else "not reproduced" if high_end < 0
                    else "inconclusive")
-        return verdict, f"{text}, paired {fmt_difference(metric, difference)}"
-    return compare(ours, theirs, claim.kind), text
+        text = f"{text}, paired {fmt_difference(metric, difference)}"
+        if verdict == "inconclusive":
+            text += f" ({scale_to_decide(difference['value'], difference['value'] - low_end)})"
+        return verdict, text
+    verdict = compare(ours, theirs, claim.kind)
+    facing = ours[0] - ours[1] + theirs[2] - theirs[0]  # the half-widths that must part
+    if verdict == "inconclusive" and claim.kind == "greater" and not math.isnan(facing):
+        text += f" ({scale_to_decide(ours[0] - theirs[0], facing)})"
+    return verdict, text
+
+
+def scale_to_decide(effect: float, reach: float) -> str:
+    """What scale would decide an inconclusive "greater" claim (issue 26: say it from the
+    measured effect and interval width). ``reach`` is how far the decision rule's interval
+    extends below the effect (paired: effect - lower end; two intervals: the two half-widths
+    that face each other). The crossed bootstrap's variance is ~ a / targets + b / samples +
+    c / (targets x samples), so scaling both by f narrows the interval by sqrt(f) or more (the
+    synthetic world: 2.4-3.0x at f = 4, ``tests/test_experiment_claims.py``): f = (reach /
+    effect)^2 is enough to exclude 0, an upper bound, if the effect stays what was measured.
+    """
+    if effect <= 0:
+        return "estimate against the claim: no scale decides it"
+    factor = (reach / effect) ** 2
+    if factor > 100:
+        return "effect ~0: > 100x the targets and samples"
+    return f"<= {factor:.1f}x the targets and samples decides it"
 
 
 def paired_difference(high: Row, low: Row, metric: str) -> dict | None:

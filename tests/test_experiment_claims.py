@@ -219,3 +219,37 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
     assert verdict == "reproduced" and "paired +0.010 [+0.004, +0.016]" in text
     summaries["low"]["sha256"] = "rerun"
     assert claims.decide(claim)[0] == "inconclusive"
+
+
+@pytest.mark.parametrize(("effect", "reach", "said"), [
+    (0.30, 0.31, "<= 1.1x the targets and samples"),  # C, T=4 vs T=2, TPR@1%: +0.30 [-0.01, ...]
+    (0.01, 0.02, "<= 4.0x the targets and samples"),  # width halves at 4x targets and samples
+    (0.001, 0.02, "effect ~0: > 100x"),
+    (-0.002, 0.003, "estimate against the claim")])
+def test_an_inconclusive_claim_says_what_scale_would_decide_it(effect, reach, said):
+    # Issue 26: "say what scale would decide it, from the measured effect and interval width".
+    assert claims.scale_to_decide(effect, reach).startswith(said)
+
+
+def test_the_scale_to_decide_reads_the_paired_interval(monkeypatch):
+    rows = {"h": claims.Row("h", "e", "high"), "l": claims.Row("l", "e", "low")}
+    monkeypatch.setattr(claims, "ROWS", rows)
+    summaries = {stem: {**_seeded_summary(auc), "sha256": stem} for stem, auc
+                 in (("high", 0.61), ("low", 0.60))}
+    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: summaries[stem])
+    entry = {"digests": ["high", "low"], "auc": {"value": 0.01, "ci": [-0.01, 0.03]}}
+    monkeypatch.setattr(claims, "paired_entries",
+                        lambda: {claims.paired_key(rows["h"], rows["l"]): entry})
+    verdict, text = claims.decide(claims.Claim("s", "h", "l", ("auc",)))
+    assert verdict == "inconclusive" and "(<= 4.0x the targets and samples decides it)" in text
+
+
+def test_scaling_targets_and_samples_by_four_halves_the_interval_or_better():
+    # scale_to_decide's premise, in the synthetic world with known truth: 4x the targets and
+    # 4x the samples narrow the crossed-bootstrap interval by at least sqrt(4) = 2 (measured
+    # 2.4-3.0x: the model x sample term shrinks by 16), so its factor is an upper bound.
+    from miaudit.analysis.synthetic_world import World, coverage_study
+
+    small, large = (coverage_study(World(), 4, models, samples, rounds=200, seed=1).new_width
+                    for models, samples in ((8, 1000), (32, 4000)))
+    assert all(small[key] / large[key] > 1.9 for key in small), (small, large)
