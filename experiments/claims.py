@@ -95,6 +95,7 @@ class Row:
     paper: dict[str, float] = field(default_factory=dict)
     paper_accuracy: tuple[float, float] | None = None  # train, test (percent)
     planned: bool = False  # its config is not committed yet
+    floor: str = ""  # the floor family, when not the one of its model (a matched-accuracy control)
 
     def paper_values(self) -> dict[str, float]:
         """The paper's numbers, with the train - test gap derived from its accuracies."""
@@ -128,7 +129,7 @@ def checked_keys(entry: dict, allowed: set[str], what: str) -> dict:
 def parse_row(entry: dict, percent: list[str]) -> Row:
     """A row of the data file: paper numbers as printed -> fractions (accuracies also kept in
     percent, as the paper's (train, test) accuracy)."""
-    checked_keys(entry, {"label", "run", "attack", "paper", "planned"}, "row")
+    checked_keys(entry, {"label", "run", "attack", "paper", "planned", "floor"}, "row")
     printed = checked_keys(entry.get("paper", {}), set(PAPER_METRICS), "paper numbers of")
     experiment, stem = entry["run"].rsplit("/", 1)
     paper = {metric: value / 100 if metric in percent or metric in ACCURACIES else value
@@ -137,7 +138,7 @@ def parse_row(entry: dict, percent: list[str]) -> Row:
     if "train_accuracy" in printed or "test_accuracy" in printed:
         accuracy = (printed.get("train_accuracy", NAN), printed.get("test_accuracy", NAN))
     return Row(entry["label"], experiment, stem, entry.get("attack", "lira"), paper, accuracy,
-               entry.get("planned", False))
+               entry.get("planned", False), entry.get("floor", ""))
 
 
 def parse_claim(entry: dict) -> Claim:
@@ -164,6 +165,10 @@ def load_data(path: Path = DATA) -> tuple[dict[str, float], list[str], dict[str,
     by_label = {row.label: row for row in rows}
     if len(by_label) != len(rows):
         raise ValueError(f"{DATA.name}: row labels must be unique")
+    for row in rows:
+        if row.floor and row.floor not in floors:
+            raise ValueError(f"{DATA.name}: row {row.label!r}: floor {row.floor!r} is not one of "
+                             f"{sorted(floors)}")
     claims = [parse_claim(entry) for entry in data["claims"]]
     for claim in claims:
         if not {claim.high, claim.low} - {""} <= set(by_label):
@@ -388,7 +393,10 @@ def fmt_difference(metric: str, difference: dict) -> str:
 
 
 def floor_family(row: Row) -> str:
-    """Which of :data:`FLOORS` applies to a row, from its run's model and recipe."""
+    """Which of :data:`FLOORS` applies to a row: its own ``floor`` (a control trained to
+    another row's accuracy is held to that row's floor), else from its run's model and recipe."""
+    if row.floor:
+        return row.floor
     summary = load(row.experiment, row.stem)
     config = summary["config"] if summary else {}
     model = config.get("model", {}).get("name", "")

@@ -161,6 +161,25 @@ def test_accuracy_floor_by_family(monkeypatch, model, recipe, family):
         assert bool(claims.failed_rows(claims.Claim("s", "x", "y"))) is failed
 
 
+def test_a_matched_accuracy_control_is_held_to_the_floor_it_names(monkeypatch):
+    # A ResNet-14 trained to an SDENet's 62% is judged by the SDENet's floor (60%), not 65%.
+    monkeypatch.setattr(claims, "load", lambda *a, **k: _fake_summary("resnet14", "standard",
+                                                                       0.62))
+    own, matched = claims.Row("x", "e", "s"), claims.Row("y", "e", "s", floor="ODE/SDE")
+    monkeypatch.setattr(claims, "ROWS", {"x": own, "y": matched})
+    assert claims.failed_rows(claims.Claim("s", "x", "x")) and \
+        not claims.failed_rows(claims.Claim("s", "y", "y"))
+
+
+def test_a_row_floor_must_be_a_known_family(tmp_path):
+    data = yaml.safe_load(claims.DATA.read_text())
+    data["rows"]["A"][0]["floor"] = "ODE"
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match="floor 'ODE' is not one of"):
+        claims.load_data(path)
+
+
 def _seeded_summary(auc: float) -> dict:
     return {"config": {"model": {"name": "ann_cnn"}, "train": {"recipe": "standard"}},
             "target_models": {"test_accuracy": 0.9}, "targets": [0, 1],
