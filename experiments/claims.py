@@ -41,7 +41,8 @@ what scale would decide it: :func:`scale_to_decide`). So are two runs with the s
 memberships (same data, seed, number of models, protocol), from the entries that
 ``experiments/paired.py`` computed from their run directories' scores into ``paired.json``
 (:mod:`miaudit.analysis.paired_runs`; used only while both results.json are unchanged). A
-"similar" claim (the paper reports no difference) is *reproduced* when the intervals overlap. A
+"similar" claim (the paper reports no difference) is *reproduced* when the intervals overlap, an
+"at_least" claim (high >= low: a control held to no more accuracy) unless low separates above. A
 claim whose metrics disagree is *mixed* (each metric's verdict named). A row whose models fall
 below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and
 decides nothing. A claim that lists seeds (issue 26 item 5: its rows rerun in one experiment per
@@ -81,7 +82,8 @@ METRIC_NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC", "gap":
                 "robust_accuracy": "robust acc"}
 ACCURACIES = ("train_accuracy", "test_accuracy", "robust_accuracy")  # printed in percent
 PAPER_METRICS = ("tpr@0.1%", "tpr@1%", "auc", "rho_members", "rho_nonmembers", *ACCURACIES)
-KINDS = ("greater", "similar", "under_bound", "exceeds_bound", "near_zero", "positive", "within")
+KINDS = ("greater", "at_least", "similar", "under_bound", "exceeds_bound", "near_zero", "positive",
+         "within")
 DEFAULT_METRICS = ("tpr@0.1%", "tpr@1%", "auc")
 
 
@@ -286,6 +288,8 @@ def compare(high: Interval, low: Interval, kind: str) -> str:
     separate_up, separate_down = high[1] > low[2], low[1] > high[2]
     if kind == "similar":
         return "not reproduced" if separate_up or separate_down else "reproduced"
+    if kind == "at_least":  # high >= low: only low lying wholly above high refutes it
+        return "not reproduced" if separate_down else "reproduced"
     if separate_up:
         return "reproduced"
     return "not reproduced" if separate_down else "inconclusive"
@@ -493,6 +497,8 @@ def claim_text(claim: Claim) -> str:
         return f"{claim.high} > {claim.low} ({names})"
     if claim.kind == "similar":
         return f"{claim.high} ~ {claim.low} ({names})"
+    if claim.kind == "at_least":
+        return f"{claim.high} >= {claim.low} ({names})"
     if claim.kind == "under_bound":
         return f"{claim.high}: LiRA ROC under the (eps = {claim.epsilon:g}, 1e-5) bound"
     if claim.kind == "exceeds_bound":

@@ -45,6 +45,11 @@ def test_verdicts_follow_interval_separation():
     assert claims.compare(higher, overlapping, "greater") == "inconclusive"
     assert claims.compare(higher, overlapping, "similar") == "reproduced"
     assert claims.compare(higher, lower, "similar") == "not reproduced"
+    # at_least (a control no more accurate than what it is matched to): only the control
+    # lying wholly above refutes it
+    assert claims.compare(higher, lower, "at_least") == "reproduced"
+    assert claims.compare(higher, overlapping, "at_least") == "reproduced"
+    assert claims.compare(lower, higher, "at_least") == "not reproduced"
 
 
 def test_t_interval_of_identical_values_has_no_width():
