@@ -358,7 +358,7 @@ def scale_to_decide(effect: float, reach: float) -> str:
     """
     if effect <= 0:
         return "estimate against the claim: no scale decides it"
-    factor = (reach / effect) ** 2
+    factor = math.ceil(10 * (reach / effect) ** 2) / 10  # rounded up: 1.01 is not "1.0x"
     if factor > 100:
         return "effect ~0: > 100x the targets and samples"
     return f"<= {factor:.1f}x the targets and samples decides it"

@@ -248,6 +248,7 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
 @pytest.mark.parametrize(("effect", "reach", "said"), [
     (0.30, 0.31, "<= 1.1x the targets and samples"),  # C, T=4 vs T=2, TPR@1%: +0.30 [-0.01, ...]
     (0.01, 0.02, "<= 4.0x the targets and samples"),  # width halves at 4x targets and samples
+    (0.015, 0.0151, "<= 1.1x the targets"),  # at the edge: rounded up, never "1.0x"
     (0.001, 0.02, "effect ~0: > 100x"),
     (-0.002, 0.003, "estimate against the claim")])
 def test_an_inconclusive_claim_says_what_scale_would_decide_it(effect, reach, said):
