@@ -312,7 +312,8 @@ def add_simultaneous_bands(attacks: dict[str, dict], replicates: dict[str, dict]
     replicates the attacks share: ``pooled[<key>_ci_simultaneous]``. Whichever attack a
     reader picks after looking (the strongest), its band covers its truth with >= 95%."""
     for key in keys:
-        labels = [label for label, attack in attacks.items() if _measurable(attack, key)]
+        labels = [label for label, attack in attacks.items()
+                  if _measurable(attack["pooled"], key)]
         if not labels:
             continue
         bands = simultaneous_band([replicates[label][key] for label in labels])
@@ -344,7 +345,7 @@ def paired_differences(pooled_a: dict, pooled_b: dict, replicates_a: dict[str, n
     no finite replicate difference, are left out."""
     out = {}
     for key in keys:
-        if not all(pooled.get(f"{key}_measurable", True) for pooled in (pooled_a, pooled_b)):
+        if not (_measurable(pooled_a, key) and _measurable(pooled_b, key)):
             continue
         delta = replicates_a[key] - replicates_b[key]
         if np.isfinite(delta).any():
@@ -353,8 +354,8 @@ def paired_differences(pooled_a: dict, pooled_b: dict, replicates_a: dict[str, n
     return out
 
 
-def _measurable(attack: dict, key: str) -> bool:
-    return attack["pooled"].get(f"{key}_measurable", True)
+def _measurable(pooled: dict, key: str) -> bool:
+    return pooled.get(f"{key}_measurable", True)
 
 
 def from_target_summaries(center: float, values: Sequence[float],
