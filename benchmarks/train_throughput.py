@@ -38,13 +38,16 @@ from miaudit.models import build_model
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.precision import autocast_context, input_layout, training_layout
 
-#: the issue-25 cases: model -> options (the papers' blocks; ODENet 16 Euler steps, SDENet 4
-#: Euler-Maruyama steps)
+#: case -> (model, options): the issue-25 cases (the papers' blocks; ODENet 16 Euler steps,
+#: SDENet 4 Euler-Maruyama steps) and paper C's CNN, as an ANN and as a directly trained LIF SNN
+#: at T = 4 (issue 26: does direct training fit at the rotation scale?)
 CASES = {
-    "resnet14": {},
-    "odenet": {"solver": "euler", "steps": 16},
-    "sdenet": {"steps": 4, "stepper": "euler_maruyama"},
-    "small_cnn": {},
+    "resnet14": ("resnet14", {}),
+    "odenet": ("odenet", {"solver": "euler", "steps": 16}),
+    "sdenet": ("sdenet", {"steps": 4, "stepper": "euler_maruyama"}),
+    "small_cnn": ("small_cnn", {}),
+    "ann_cnn": ("ann_cnn", {}),
+    "snn_lif_t4": ("snn_cnn", {"T": 4, "neuron": "lif"}),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -63,8 +66,8 @@ def peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
 
 def make_model(name: str, width: float) -> torch.nn.Module:
     torch.manual_seed(0)
-    return build_model(name, input_shape=(3, 32, 32), num_classes=10, width=width,
-                       **CASES[name])
+    model, options = CASES[name]
+    return build_model(model, input_shape=(3, 32, 32), num_classes=10, width=width, **options)
 
 
 def data(images: int) -> tuple[torch.Tensor, torch.Tensor]:
