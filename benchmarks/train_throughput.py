@@ -48,6 +48,15 @@ CASES = {
     "small_cnn": ("small_cnn", {}),
     "ann_cnn": ("ann_cnn", {}),
     "snn_lif_t4": ("snn_cnn", {"T": 4, "neuron": "lif"}),
+    # papers/A/floor_variants (issue 26): 4 steps, as those configs train
+    "odenet_4": ("odenet", {"solver": "euler", "steps": 4}),
+    "odenet64": ("odenet64", {"solver": "euler", "steps": 4}),
+    "sonode": ("sonode", {"solver": "euler", "steps": 4}),
+    "anode_plus64": ("anode", {"solver": "euler", "steps": 4, "augment_channels": 64}),
+    "anode_plus16": ("anode", {"solver": "euler", "steps": 4, "augment_channels": 16}),
+    "hbnode": ("hbnode", {"solver": "euler", "steps": 4}),
+    "odenet_blocks2": ("odenet", {"solver": "euler", "steps": 4, "blocks": 2}),
+    "odenet_rk4": ("odenet", {"solver": "rk4", "steps": 4}),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -171,9 +180,10 @@ def main() -> None:
             eager[name, precision] = raw
             base = eager.get((name, "fp32"))
             gflops = flops * raw / 1e9
+            speedup = f"{raw / base:.2f}x" if base else "-"  # "-": fp32 not measured
             print(f"| {name} | {precision} | {flops / 1e9:.3f} | {raw:.0f} | {fitted:.0f} | "
                   f"{fitted / raw:.2f} | {gflops:.0f} | {100 * gflops / peaks[precision]:.0f} | "
-                  f"{raw / base:.2f}x |" if base else "", flush=True)
+                  f"{speedup} |", flush=True)
     if args.compile:
         print("\n| model | precision | eager img/CPU-s | compiled img/CPU-s | speed-up | "
               "compile CPU-s | bit-identical reruns |")
