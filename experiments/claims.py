@@ -41,7 +41,9 @@ what scale would decide it: :func:`scale_to_decide`). So are two runs with the s
 memberships (same data, seed, number of models, protocol), from the entries that
 ``experiments/paired.py`` computed from their run directories' scores into ``paired.json``
 (:mod:`miaudit.analysis.paired_runs`; used only while both results.json are unchanged). A
-"similar" claim (the paper reports no difference) is *reproduced* when the intervals overlap, an
+"similar" claim (the paper reports no difference) is an equivalence test: *reproduced* when the
+interval of the difference lies within a margin (:data:`EQUIVALENCE_MARGINS`, the largest
+differences the papers themselves call comparable), *not reproduced* when it lies outside; an
 "at_least" claim (high >= low: a control held to no more accuracy) unless low separates above. A
 claim whose metrics disagree is *mixed* (each metric's verdict named). A row whose models fall
 below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and
@@ -284,10 +286,37 @@ def target_test_accuracy(row: Row) -> float | None:
 
 
 # -- verdicts ------------------------------------------------------------------------------------
+# A "similar" claim is an equivalence claim: the papers call these differences comparable (B Tab.
+# 2, DeMem: natural -1.2, robust -0.9 points; A Tab. 6, solvers "marginal": AUC within 0.008,
+# TPR@0.1% 0.33, TPR@1% 0.82 points); each margin is the largest such difference rounded up.
+# Overlapping intervals are not evidence of equality (wide intervals would "reproduce" anything,
+# narrow ones refute any difference), so the difference's interval must lie within +-margin.
+EQUIVALENCE_MARGINS = {"test_accuracy": 0.02, "robust_accuracy": 0.02, "gap": 0.02,
+                       "auc": 0.01, "tpr@1%": 0.01, "tpr@0.1%": 0.005}
+
+
+def difference_interval(high: Interval, low: Interval) -> Interval:
+    """high - low with its 95% interval from the two intervals by MOVER (Zou & Donner 2008,
+    Stat. Med. 27(10), eq. 7): exact for independent estimates, conservative when the two are
+    positively correlated (e.g. the same memberships)."""
+    value = high[0] - low[0]
+    return (value, value - math.hypot(high[0] - high[1], low[2] - low[0]),
+            value + math.hypot(high[2] - high[0], low[0] - low[1]))
+
+
+def equivalence(difference: Interval, margin: float) -> str:
+    """The verdict of "similar" (a 95% interval inside +-margin: two one-sided tests at 2.5%)."""
+    if -margin <= difference[1] and difference[2] <= margin:
+        return "reproduced"
+    if difference[1] > margin or difference[2] < -margin:
+        return "not reproduced"
+    return "inconclusive"
+
+
 def compare(high: Interval, low: Interval, kind: str) -> str:
+    """The verdict of two rows' intervals for "greater" and "at_least" ("similar" is
+    :func:`equivalence`)."""
     separate_up, separate_down = high[1] > low[2], low[1] > high[2]
-    if kind == "similar":
-        return "not reproduced" if separate_up or separate_down else "reproduced"
     if kind == "at_least":  # high >= low: only low lying wholly above high refutes it
         return "not reproduced" if separate_down else "reproduced"
     if separate_up:
@@ -312,10 +341,8 @@ def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[
         under, over = ours[2] < bound, ours[1] > bound
         wanted, other = (under, over) if claim.kind == "under_bound" else (over, under)
         return ("reproduced" if wanted else "not reproduced" if other else "inconclusive"), text
-    if claim.kind == "near_zero":  # "gap ~ 0": within 2 points of zero
-        verdict = "reproduced" if abs(ours[1]) <= 0.02 >= abs(ours[2]) else \
-            "not reproduced" if ours[1] > 0.02 or ours[2] < -0.02 else "inconclusive"
-        return verdict, fmt(metric, ours)
+    if claim.kind == "near_zero":  # "gap ~ 0": within the gap's margin (2 points) of zero
+        return equivalence(ours, EQUIVALENCE_MARGINS["gap"]), fmt(metric, ours)
     if claim.kind == "positive":
         return ("reproduced" if ours[1] > 0 else "not reproduced" if ours[2] < 0
                 else "inconclusive"), fmt(metric, ours)
@@ -340,6 +367,13 @@ def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[
         if verdict == "inconclusive":
             text += f" ({scale_to_decide(difference['value'], difference['value'] - low_end)})"
         return verdict, text
+    if claim.kind == "similar":
+        difference, margin = difference_interval(ours, theirs), EQUIVALENCE_MARGINS[metric]
+        scale, digits = scale_digits(metric)
+        as_entry = {"value": difference[0], "ci": difference[1:]}
+        text += (f", difference {fmt_difference(metric, as_entry)} "
+                 f"(margin +-{scale * margin:.{digits}f})")
+        return equivalence(difference, margin), text
     verdict = compare(ours, theirs, claim.kind)
     facing = ours[0] - ours[1] + theirs[2] - theirs[0]  # the half-widths that must part
     if verdict == "inconclusive" and claim.kind == "greater" and not math.isnan(facing):

@@ -43,13 +43,41 @@ def test_verdicts_follow_interval_separation():
     assert claims.compare(higher, lower, "greater") == "reproduced"
     assert claims.compare(lower, higher, "greater") == "not reproduced"
     assert claims.compare(higher, overlapping, "greater") == "inconclusive"
-    assert claims.compare(higher, overlapping, "similar") == "reproduced"
-    assert claims.compare(higher, lower, "similar") == "not reproduced"
     # at_least (a control no more accurate than what it is matched to): only the control
     # lying wholly above refutes it
     assert claims.compare(higher, lower, "at_least") == "reproduced"
     assert claims.compare(higher, overlapping, "at_least") == "reproduced"
     assert claims.compare(lower, higher, "at_least") == "not reproduced"
+
+
+def test_mover_difference_of_symmetric_intervals_adds_half_widths_in_quadrature():
+    # Zou & Donner (2008) eq. 7 by hand: 0.60 +- 0.03 minus 0.58 +- 0.04 = 0.02 +- 0.05
+    value, low, high = claims.difference_interval((0.60, 0.57, 0.63), (0.58, 0.54, 0.62))
+    assert (value, low, high) == pytest.approx((0.02, -0.03, 0.07))
+    # asymmetric: the lower end takes high's lower and low's upper half-widths
+    _, low, high = claims.difference_interval((0.5, 0.47, 0.54), (0.2, 0.19, 0.24))
+    assert (low, high) == pytest.approx((0.3 - 0.05, 0.3 + 0.04123105625617661))  # hypot(.04, .01)
+
+
+@pytest.mark.parametrize("difference, verdict", [
+    ((0.010, -0.005, 0.019), "reproduced"),        # inside +-2 points
+    ((0.019, 0.011, 0.027), "inconclusive"),       # straddles the margin
+    ((0.030, 0.021, 0.039), "not reproduced"),     # wholly beyond it
+    ((-0.030, -0.039, -0.021), "not reproduced"),
+    ((0.000, -0.030, 0.030), "inconclusive"),      # too wide to say: overlap is not equality
+])
+def test_similar_is_an_equivalence_test_with_a_margin(difference, verdict):
+    assert claims.equivalence(difference, 0.02) == verdict
+
+
+def test_mover_interval_covers_the_difference_of_two_independent_means():
+    # a simulated world with known truth: two runs of 8 targets, accuracies N(mu, 0.01)
+    rng, hits = np.random.default_rng(0), 0
+    for _ in range(2000):
+        a, b = rng.normal(0.60, 0.01, 8), rng.normal(0.585, 0.01, 8)
+        found = claims.difference_interval(claims.t_interval(list(a)), claims.t_interval(list(b)))
+        hits += found[1] <= 0.015 <= found[2]
+    assert 0.93 <= hits / 2000 <= 0.985
 
 
 def test_t_interval_of_identical_values_has_no_width():
