@@ -306,3 +306,25 @@ def test_scaling_targets_and_samples_by_four_halves_the_interval_or_better():
     small, large = (coverage_study(World(), 4, models, samples, rounds=200, seed=1).new_width
                     for models, samples in ((8, 1000), (32, 4000)))
     assert all(small[key] / large[key] > 1.9 for key in small), (small, large)
+
+
+def test_the_lambda_sweep_reads_each_finished_lambda_with_its_intervals(monkeypatch):
+    spec = importlib.util.spec_from_file_location("lambda_sweep",
+                                                  ROOT / "experiments" / "lambda_sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    summary = {"target_models": {"test_accuracy": 0.6, "test_accuracy_ci": [0.59, 0.61],
+                                 "test_robust_acc_per_target": [0.3, 0.32, 0.34]},
+               "targets": [0, 1, 2], "attacks": {sweep.ATTACK: {"pooled": {
+                   "auc": 0.66, "auc_ci": [0.65, 0.67], "tpr@0.1%": 0.014,
+                   "tpr@0.1%_ci": [0.012, 0.018], "tpr@1%": 0.06, "tpr@1%_ci": [0.055, 0.065],
+                   "n_nonmembers": 5000, "ci_method": "crossed"}}}}
+    finished = {"1_fast_at", "3_fast_at_demem_0.5"}
+    monkeypatch.setattr(claims, "load", lambda experiment, stem:
+                        summary if stem in finished else None)
+    points = sweep.sweep("papers/B/fast_at_resnet14")
+    assert sorted(points) == [0.0, 0.5]  # lambdas 0.2 and 1.0 have not finished
+    assert points[0.5]["auc"] == (0.66, 0.65, 0.67)
+    assert points[0.5]["robust_accuracy"][0] == pytest.approx(0.32)
+    assert "| ResNet-14, seed 0 | 0.5 | 60.0 [59.0, 61.0] | 32.0" in sweep.table(
+        {"papers/B/fast_at_resnet14": points})
