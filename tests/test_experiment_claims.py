@@ -328,3 +328,27 @@ def test_the_lambda_sweep_reads_each_finished_lambda_with_its_intervals(monkeypa
     assert points[0.5]["robust_accuracy"][0] == pytest.approx(0.32)
     assert "| ResNet-14, seed 0 | 0.5 | 60.0 [59.0, 61.0] | 32.0" in sweep.table(
         {"papers/B/fast_at_resnet14": points})
+
+
+def _accuracy_summary(per_target_test, seed=0, data_dir="/a"):
+    return {"targets": [0, 1, 2], "num_models": 3, "protocol": "rotation", "pool_size": 100,
+            "config": {"seed": seed, "data": {"name": "cifar10", "data_dir": data_dir}},
+            "target_models": {"per_target_test": per_target_test}}
+
+
+@pytest.mark.parametrize("other_seed, other_dir, paired", [
+    (0, "/b", True),    # where the data were read from does not change the memberships
+    (1, "/a", False),   # another seed draws other memberships: fall back to MOVER
+])
+def test_similar_accuracies_pair_over_targets_only_with_the_same_memberships(
+        monkeypatch, other_seed, other_dir, paired):
+    summaries = {"high": _accuracy_summary([0.60, 0.62, 0.61]),
+                 "low": _accuracy_summary([0.58, 0.61, 0.59], other_seed, other_dir)}
+    monkeypatch.setattr(claims, "load", lambda experiment, stem: summaries[stem])
+    high, low = (claims.Row(stem, "e", stem) for stem in ("high", "low"))
+    found = claims.paired_accuracy_difference(high, low, "test_accuracy")
+    if not paired:
+        assert found is None
+        return
+    # by hand: differences 0.02, 0.01, 0.02; mean 0.01667, sd 0.005774, t(0.975, 2) = 4.3027
+    assert found == pytest.approx((0.016667, 0.002324, 0.031010), abs=1e-5)
