@@ -42,9 +42,10 @@ memberships (same data, seed, number of models, protocol), from the entries that
 ``experiments/paired.py`` computed from their run directories' scores into ``paired.json``
 (:mod:`miaudit.analysis.paired_runs`; used only while both results.json are unchanged). A
 "similar" claim (the paper reports no difference) is an equivalence test: *reproduced* when the
-interval of the difference (paired over targets where the runs share memberships, else the
-two intervals combined by MOVER) lies within a margin (:data:`EQUIVALENCE_MARGINS`, the largest
-differences the papers themselves call comparable), *not reproduced* when it lies outside; an
+interval of the difference (where the runs share memberships: paired over targets for
+accuracies, the paired bootstrap for leakage; else the two intervals combined by MOVER) lies
+within a margin (:data:`EQUIVALENCE_MARGINS`, the largest differences the papers themselves
+call comparable), *not reproduced* when it lies outside; an
 "at_least" claim (high >= low: a control held to no more accuracy) unless low separates above. A
 claim whose metrics disagree is *mixed* (each metric's verdict named). A row whose models fall
 below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and
@@ -400,6 +401,8 @@ def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[
         return verdict, text
     if claim.kind == "similar":
         difference, how = paired_accuracy_difference(high, low, metric), "paired over targets"
+        if difference is None and (entry := paired_difference(high, low, metric)):
+            difference, how = (entry["value"], *entry["ci"]), "paired"
         if difference is None:
             difference, how = difference_interval(ours, theirs), "MOVER"
         margin = EQUIVALENCE_MARGINS[metric]

@@ -42,16 +42,18 @@ def run_dir(record: dict, roots: list[Path]) -> Path | None:
 
 
 def pairs() -> list[tuple[C.Row, C.Row, tuple[str, ...]]]:
-    """(high, low, metrics) of every greater-claim (at every seed) whose rows are two runs."""
+    """(high, low, metrics) of every greater- or similar-claim (at every seed) whose rows are
+    two runs."""
     out = []
     for claim in C.CLAIMS:
-        if claim.kind != "greater" or not claim.low:
+        if claim.kind not in ("greater", "similar") or not claim.low:
             continue
         for seed in sorted(claim.seeds) or [None]:
             high, low = C.rows_of(claim, seed)
             if (high.experiment, high.stem) != (low.experiment, low.stem):
                 metrics = tuple(m for m in claim.metrics if m in HEADLINE_KEYS)
-                out.append((high, low, metrics))
+                if metrics:  # accuracy-only claims pair over targets in claims.py instead
+                    out.append((high, low, metrics))
     return out
 
 

@@ -271,6 +271,11 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
     assert verdict == "reproduced" and "paired +0.010 [+0.004, +0.016]" in text
     summaries["low"]["sha256"] = "rerun"
     assert claims.decide(claim)[0] == "inconclusive"
+    # a "similar" claim reads the same entry: its paired interval within the AUC margin (0.01)
+    summaries["low"]["sha256"] = "low"
+    entry["auc"] = {"value": 0.002, "ci": [-0.004, 0.008]}
+    verdict, text = claims.decide(claims.Claim("s", "h", "l", ("auc",), kind="similar"))
+    assert verdict == "reproduced" and "+0.002 [-0.004, +0.008] (paired; margin +-0.010)" in text
 
 
 @pytest.mark.parametrize(("effect", "reach", "said"), [
