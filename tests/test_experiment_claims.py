@@ -357,3 +357,18 @@ def test_similar_accuracies_pair_over_targets_only_with_the_same_memberships(
         return
     # by hand: differences 0.02, 0.01, 0.02; mean 0.01667, sd 0.005774, t(0.975, 2) = 4.3027
     assert found == pytest.approx((0.016667, 0.002324, 0.031010), abs=1e-5)
+
+
+def test_paired_py_skips_only_entries_computed_from_the_committed_results(monkeypatch):
+    spec = importlib.util.spec_from_file_location("paired", ROOT / "experiments" / "paired.py")
+    paired = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paired)
+    summaries = {"high": {"sha256": "h1"}, "low": {"sha256": "l1"}}
+    monkeypatch.setattr(claims, "load", lambda experiment, stem: summaries.get(stem))
+    high, low = claims.Row("h", "e", "high"), claims.Row("l", "e", "low")
+    entry = {"digests": ["h1", "l1"], "auc": {"value": 0.01, "ci": [0.0, 0.02]}}
+    assert paired.is_current(entry, high, low, ("auc",))
+    assert not paired.is_current(entry, high, low, ("auc", "tpr@1%"))  # a metric it lacks
+    assert not paired.is_current(None, high, low, ("auc",))
+    summaries["low"]["sha256"] = "rerun"  # the low run was rerun: recompute
+    assert not paired.is_current(entry, high, low, ("auc",))
