@@ -444,10 +444,15 @@ def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
         record = summary.get("attacks", {}).get(high.attack, {})
         return (record.get("differences") or {}).get(low.attack, {}).get(metric)
     entry = paired_entries().get(paired_key(high, low))
-    other = load(low.experiment, low.stem) or {}
-    if entry is None or entry["digests"] != [summary.get(DIGEST_KEY), other.get(DIGEST_KEY)]:
+    if entry is None or entry["digests"] != committed_digests(high, low):
         return None
     return entry.get(metric)
+
+
+def committed_digests(high: Row, low: Row) -> list[str | None]:
+    """The digests of the two rows' committed results.json (None where not run): a paired.json
+    entry counts only while it was computed from exactly these."""
+    return [(load(row.experiment, row.stem) or {}).get(DIGEST_KEY) for row in (high, low)]
 
 
 def paired_key(high: Row, low: Row) -> str:

@@ -81,10 +81,8 @@ def is_current(entry: dict | None, high: C.Row, low: C.Row, metrics: tuple[str, 
     """Whether ``entry`` was computed from the committed results.json files of both rows, for
     all of ``metrics`` (then recomputing it would give the same numbers: the bootstrap is
     seeded)."""
-    if entry is None or not set(metrics) <= set(entry):
-        return False
-    records = [C.load(row.experiment, row.stem) for row in (high, low)]
-    return None not in records and entry["digests"] == [r.get(DIGEST_KEY) for r in records]
+    return entry is not None and set(metrics) <= set(entry) \
+        and entry["digests"] == C.committed_digests(high, low)
 
 
 def main(argv: list[str] | None = None) -> None:
