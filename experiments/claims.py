@@ -66,6 +66,7 @@ from pathlib import Path
 import yaml
 from scipy.stats import norm, t
 
+from miaudit.components import build_attack
 from miaudit.intervals import hanley_mcneil_variance, target_summary_interval
 from miaudit.io import DIGEST_KEY
 from miaudit.metrics import clopper_pearson
@@ -502,6 +503,32 @@ def failed_rows(claim: Claim, seed: int | None = None) -> list[str]:
     return out
 
 
+def reference_models(row: Row) -> int | None:
+    """How many reference models row's attack calibrated each target's scores with (None: not
+    run, or an attack that uses none, e.g. LOSS or Attack-P)."""
+    summary = load(row.experiment, row.stem)
+    record = (summary or {}).get("attacks", {}).get(row.attack) or {}
+    if "attack" not in record or "num_models" not in summary:
+        return None
+    attack = build_attack({"name": record["attack"], **record.get("options", {})})
+    return summary["num_models"] - 1 if attack.min_references else None  # all but the target
+
+
+def unequal_references(claim: Claim, seed: int | None = None) -> str:
+    """Why the claim's two runs cannot be compared on leakage ('' when they can): an attack
+    calibrated on more reference models is stronger (the floor's SDENet: LiRA AUC 0.520 with 7
+    references, 0.532 with 15 on the same targets' models), so rows at different numbers of
+    references differ by that too."""
+    high, low = rows_of(claim, seed)
+    if low is None or not set(claim.metrics) & set(DEFAULT_METRICS):
+        return ""
+    counts = [reference_models(row) for row in (high, low)]
+    if None in counts or counts[0] == counts[1]:
+        return ""
+    return (f"not comparable: {high.label} {counts[0]} reference models per target, "
+            f"{low.label} {counts[1]} (compare at equal numbers)")
+
+
 def claim_verdicts(claim: Claim, seed: int | None = None
                    ) -> tuple[str, list[tuple[str, str, str]]]:
     """(overall verdict, [(metric, verdict, our numbers)]) at one seed (None: the rows' own
@@ -512,6 +539,8 @@ def claim_verdicts(claim: Claim, seed: int | None = None
     overall = interval_verdict(per_metric)
     if failed:  # decides nothing; what the intervals say below the floor is shown, not counted
         return f"failed run: {', '.join(failed)}; below the floor: {overall}", per_metric
+    if unequal := unequal_references(claim, seed):  # shown, not counted, as a failed run
+        return f"{unequal}; as measured: {overall}", per_metric
     return overall, per_metric
 
 

@@ -28,6 +28,7 @@ from miaudit.analysis.paired_runs import NotPaired, paired_run_difference
 from miaudit.io import DIGEST_KEY, write_bytes
 from miaudit.metrics import HEADLINE_KEYS
 from miaudit.reporting.run_view import RunView
+from miaudit.results import holds_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import claims as C  # noqa: E402  (the claims' rows, seeds and committed outputs)
@@ -35,11 +36,12 @@ import claims as C  # noqa: E402  (the claims' rows, seeds and committed outputs
 
 def run_dir(record: dict, roots: list[Path]) -> Path | None:
     """The run directory of a committed results.json: where it was made, else a directory of
-    the same name under one of ``roots`` (e.g. run directories brought back from a GPU)."""
+    the same name under one of ``roots`` (e.g. run directories brought back from a GPU); only
+    one that still holds that result (a run directory rescored since, e.g. at another number
+    of models, holds other scores)."""
     made = Path(record["run_dir"])
-    if made.is_dir():
-        return made
-    return next((root / made.name for root in roots if (root / made.name).is_dir()), None)
+    return next((folder for folder in (made, *(root / made.name for root in roots))
+                 if holds_result(folder, record)), None)
 
 
 def pairs() -> list[tuple[C.Row, C.Row, tuple[str, ...]]]:
@@ -66,7 +68,7 @@ def compute(high: C.Row, low: C.Row, metrics: tuple[str, ...], roots: list[Path]
         return None, "not run"
     dirs = [run_dir(record, roots) for record in records]
     if None in dirs:
-        return None, "run directory not here"
+        return None, "run directory not here (or rescored since)"
     try:
         found = paired_run_difference(RunView(dirs[0]), high.attack, RunView(dirs[1]),
                                       low.attack, metrics)
@@ -92,8 +94,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--force", action="store_true",
                         help="recompute the entries that are current too")
     args = parser.parse_args(argv)
-    stored = dict(C.paired_entries())
-    for high, low, metrics in pairs():
+    wanted = pairs()
+    current_keys = {C.paired_key(high, low) for high, low, _ in wanted}
+    stored = {key: entry for key, entry in C.paired_entries().items()
+              if key in current_keys}  # a claim removed or renamed takes its entry with it
+    for high, low, metrics in wanted:
         key = C.paired_key(high, low)
         if not args.force and is_current(stored.get(key), high, low, metrics):
             print(f"{'current':>24}: {key}")

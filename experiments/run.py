@@ -29,7 +29,7 @@ from miaudit.errors import MiauditError
 from miaudit.io import DIGEST_KEY
 from miaudit.report import model_line, privacy_line
 from miaudit.reporting import compare_markdown
-from miaudit.results import Summary
+from miaudit.results import Summary, holds_result
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -85,8 +85,8 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
 
 def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
     """(stem, source, summary) of a config not rerun: its committed results.json, read from
-    its run directory when that is here, else from the committed file itself (a run made on
-    another machine, e.g. a GPU)."""
+    its run directory when that still holds this result, else from the committed file itself
+    (a run made on another machine, e.g. a GPU, or a run directory rescored since)."""
     path = outputs / f"{stem}.results.json"
     if not path.exists():
         return None
@@ -94,7 +94,7 @@ def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
     record.pop(DIGEST_KEY, None)
     summary = Summary.model_validate(record)
     run_dir = Path(summary.run_dir)
-    return stem, (run_dir if run_dir.is_dir() else path), summary
+    return stem, (run_dir if holds_result(run_dir, record) else path), summary
 
 
 def markdown(rows: list[tuple[str, Path, Summary]]) -> str:

@@ -278,6 +278,27 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
     assert verdict == "reproduced" and "+0.002 [-0.004, +0.008] (paired; margin +-0.010)" in text
 
 
+@pytest.mark.parametrize(("attack", "models", "verdict"), [
+    ({"attack": "lira", "options": {}}, (16, 8), "not comparable: h 15 reference models per "
+                                                 "target, l 7 (compare at equal numbers)"),
+    ({"attack": "lira", "options": {}}, (8, 8), "reproduced"),
+    ({"attack": "loss", "options": {}}, (16, 8), "reproduced")])  # LOSS uses no references
+def test_runs_calibrated_on_different_numbers_of_reference_models_are_not_compared(
+        monkeypatch, attack, models, verdict):
+    # LiRA with more reference models is stronger (paper A's SDENet at the floor: AUC 0.520
+    # with 7, 0.532 with 15): a leakage claim between two such runs would measure that too.
+    rows = {"h": claims.Row("h", "e", "high"), "l": claims.Row("l", "e", "low")}
+    monkeypatch.setattr(claims, "ROWS", rows)
+    summaries = {}
+    for stem, auc, count in (("high", 0.7, models[0]), ("low", 0.6, models[1])):
+        summary = _seeded_summary(auc)
+        summary["attacks"]["lira"].update(attack)
+        summaries[stem] = {**summary, "num_models": count}
+    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: summaries[stem])
+    decided = claims.decide(claims.Claim("s", "h", "l", ("auc",)))[0]
+    assert decided == verdict or decided == f"{verdict}; as measured: reproduced"
+
+
 @pytest.mark.parametrize(("effect", "reach", "said"), [
     (0.30, 0.31, "<= 1.1x the targets and samples"),  # C, T=4 vs T=2, TPR@1%: +0.30 [-0.01, ...]
     (0.01, 0.02, "<= 4.0x the targets and samples"),  # width halves at 4x targets and samples

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from miaudit import metrics
 from miaudit.io import DIGEST_KEY, read_digested_json, text_digest
-from miaudit.results import LAYOUT, AttackRecord, Summary, read_results, write_results
+from miaudit.results import LAYOUT, AttackRecord, Summary, holds_result, read_results, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(ROOT.glob("experiments/**/*.results.json"))
@@ -58,6 +58,23 @@ def test_a_sealed_record_is_rewritten_byte_for_byte(tmp_path):
         write_results(tmp_path / "again.json", read_results(path))
         assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
         assert json.loads(path.read_text())[DIGEST_KEY] == text_digest(record)
+
+
+def test_a_run_directory_holds_a_committed_result_only_while_rescoring_reproduced_it(tmp_path):
+    # experiments/run.py and paired.py read scores from a run directory only while it holds
+    # the committed result: a rescore that reproduced it (other time, scores folder, place)
+    # still does; one at another number of models (other numbers) does not.
+    committed = _record(next(p for p in COMMITTED if _record(p).get("layout") == LAYOUT))
+    rerun = {**committed, "timing": {**committed["timing"], "attack_seconds": 1.0},
+             "scores_dir": "scores-other", "run_dir": "/elsewhere"}
+    write_results(tmp_path / "results.json", rerun)
+    assert holds_result(tmp_path, committed)
+    regrown = {**rerun, "num_models": committed["num_models"] + 8}
+    write_results(tmp_path / "results.json", regrown)
+    assert not holds_result(tmp_path, committed)
+    (tmp_path / "results.json").write_text("{")  # damaged: holds nothing
+    assert not holds_result(tmp_path, committed)
+    assert not holds_result(tmp_path / "absent", committed)
 
 
 def test_unknown_keys_and_incomplete_layout_2_records_are_refused():

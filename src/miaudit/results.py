@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from miaudit import metrics
 from miaudit.errors import RunDirError
-from miaudit.io import path_problem, read_digested_json, write_digested_json
+from miaudit.io import DIGEST_KEY, path_problem, read_digested_json, write_digested_json
 from miaudit.rundir import LAYOUT  # the one layout version of a run directory and its results
 
 EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
@@ -345,6 +345,26 @@ def read_results(path: Path) -> dict[str, Any]:
         raise RunDirError(f"{path} is damaged ({problem}); rerun the audit (or miaudit score) "
                           "to rebuild it: it reuses every trained model")
     return summary
+
+
+# what a rerun that reproduced a result may change: when, where and how fast it was made
+CIRCUMSTANCES = ("timing", "scores_dir", "run_dir", DIGEST_KEY)
+
+
+def holds_result(run_root: Path, record: dict[str, Any]) -> bool:
+    """Whether run directory ``run_root`` holds the result ``record`` (e.g. an experiment's
+    committed copy of its results.json): the same content but for :data:`CIRCUMSTANCES`. A run
+    directory rescored since at another number of models, or retrained, answers for another
+    result: its scores must not stand for ``record``'s."""
+    try:
+        found = read_results(Path(run_root) / "results.json")
+    except RunDirError:
+        return False
+    return _without_circumstances(found) == _without_circumstances(record)
+
+
+def _without_circumstances(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if key not in CIRCUMSTANCES}
 
 
 def parse_summary(record: dict[str, Any], path: Path | str) -> Summary:
