@@ -516,8 +516,8 @@ def reference_models(row: Row) -> int | None:
 
 def unequal_references(claim: Claim, seed: int | None = None) -> str:
     """Why the claim's two runs cannot be compared on leakage ('' when they can): an attack
-    calibrated on more reference models is stronger (the floor's SDENet: LiRA AUC 0.520 with 7
-    references, 0.532 with 15 on the same targets' models), so rows at different numbers of
+    calibrated on more reference models is stronger (the floor's SDENet, the same 8 targets:
+    LiRA AUC 0.520 with 7 references, 0.530 with 15), so rows at different numbers of
     references differ by that too."""
     high, low = rows_of(claim, seed)
     if low is None or not set(claim.metrics) & set(DEFAULT_METRICS):

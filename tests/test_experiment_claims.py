@@ -285,8 +285,8 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
     ({"attack": "loss", "options": {}}, (16, 8), "reproduced")])  # LOSS uses no references
 def test_runs_calibrated_on_different_numbers_of_reference_models_are_not_compared(
         monkeypatch, attack, models, verdict):
-    # LiRA with more reference models is stronger (paper A's SDENet at the floor: AUC 0.520
-    # with 7, 0.532 with 15): a leakage claim between two such runs would measure that too.
+    # LiRA with more reference models is stronger (paper A's SDENet at the floor, the same 8
+    # targets: AUC 0.520 with 7, 0.530 with 15): a claim between two such runs measures that too.
     rows = {"h": claims.Row("h", "e", "high"), "l": claims.Row("l", "e", "low")}
     monkeypatch.setattr(claims, "ROWS", rows)
     summaries = {}
