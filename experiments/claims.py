@@ -66,11 +66,11 @@ from pathlib import Path
 import yaml
 from scipy.stats import norm, t
 
-from miaudit.components import build_attack
 from miaudit.intervals import hanley_mcneil_variance, target_summary_interval
 from miaudit.io import DIGEST_KEY
 from miaudit.metrics import clopper_pearson
 from miaudit.privacy.bounds import roc_bound
+from miaudit.results import reference_models
 
 HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"
@@ -503,26 +503,24 @@ def failed_rows(claim: Claim, seed: int | None = None) -> list[str]:
     return out
 
 
-def reference_models(row: Row) -> int | None:
+def row_references(row: Row) -> int | None:
     """How many reference models row's attack calibrated each target's scores with (None: not
     run, or an attack that uses none, e.g. LOSS or Attack-P)."""
     summary = load(row.experiment, row.stem)
     record = (summary or {}).get("attacks", {}).get(row.attack) or {}
     if "attack" not in record or "num_models" not in summary:
         return None
-    attack = build_attack({"name": record["attack"], **record.get("options", {})})
-    return summary["num_models"] - 1 if attack.min_references else None  # all but the target
+    return reference_models(record["attack"], record.get("options", {}), summary["num_models"])
 
 
 def unequal_references(claim: Claim, seed: int | None = None) -> str:
     """Why the claim's two runs cannot be compared on leakage ('' when they can): an attack
-    calibrated on more reference models is stronger (the floor's SDENet, the same 8 targets:
-    LiRA AUC 0.520 with 7 references, 0.530 with 15), so rows at different numbers of
-    references differ by that too."""
+    calibrated on more reference models is stronger (:func:`miaudit.results.reference_models`),
+    so rows at different numbers of references differ by that too."""
     high, low = rows_of(claim, seed)
     if low is None or not set(claim.metrics) & set(DEFAULT_METRICS):
         return ""
-    counts = [reference_models(row) for row in (high, low)]
+    counts = [row_references(row) for row in (high, low)]
     if None in counts or counts[0] == counts[1]:
         return ""
     return (f"not comparable: {high.label} {counts[0]} reference models per target, "

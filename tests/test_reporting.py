@@ -22,6 +22,8 @@ from miaudit.reporting.compare import (
     choose_attacks,
     compare_markdown,
     comparison,
+    markdown,
+    render_compare_html,
     rich_table,
     run_labels,
 )
@@ -221,9 +223,25 @@ def test_compare_table_markdown_and_escaped_rich_output(dp_run, tmp_path):
     assert [row[4] for row in long.rows[:4]] == [*ATTACKS, "lira copy"]
 
 
+def test_compare_notes_runs_that_differ_in_reference_models(dp_run, tmp_path):
+    # LiRA calibrated on more reference models is stronger: a comparison of runs with different
+    # num_models says so for every attack that uses references, and not for LOSS (none).
+    record = read_results(dp_run.run_dir / "results.json")
+    models = record["num_models"]
+    write_results(tmp_path / "grown.json", {**record, "num_models": models + 2})
+    views = [RunView(dp_run.run_dir), RunView(tmp_path / "grown.json")]
+    table = comparison(views, ["loss", "lira"])
+    assert table.notes == [f"lira: the runs differ in reference models per target (1. "
+                           f"{models - 1}, 2. {models + 1}); an attack calibrated on more is "
+                           "stronger, so compare runs with equal num_models"]
+    assert f"Note: {table.notes[0]}." in markdown(table)
+    assert "<b>Note</b>: lira: the runs differ" in render_compare_html(table)
+    assert comparison([views[0], views[0]], ["loss", "lira"]).notes == []
+
+
 def test_rich_table_prints_user_text_verbatim():
     table = Comparison(header=["run", "[b]x"], rows=[["1. norm=[bold]", "0.1 [0.0, 0.2]"]],
-                       views=[], labels=[], attacks=[])
+                       views=[], labels=[], attacks=[], notes=[])
     console = Console(width=200, record=True)
     console.print(rich_table(table))
     text = console.export_text()

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from miaudit import metrics
-from miaudit.errors import RunDirError
+from miaudit.errors import ConfigError, RunDirError
 from miaudit.io import DIGEST_KEY, path_problem, read_digested_json, write_digested_json
 from miaudit.rundir import LAYOUT  # the one layout version of a run directory and its results
 
@@ -234,6 +234,11 @@ class Summary(Record):
         """Scored from outputs made elsewhere (``miaudit score``): no config, no inputs."""
         return self.config.get("source") == EXTERNAL_SOURCE
 
+    def reference_models(self, label: str) -> int | None:
+        """:func:`reference_models` of attack ``label``."""
+        attack = self.attacks[label]
+        return reference_models(attack.attack, attack.options, self.num_models)
+
     def caveat_lines(self) -> list[str]:
         """One line per warning an attack gave about its own numbers (marked * in tables)."""
         labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it
@@ -241,6 +246,22 @@ class Summary(Record):
             for caveat in attack.caveats:
                 labels.setdefault(caveat, []).append(label)
         return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]
+
+
+def reference_models(attack: str, options: dict[str, Any], num_models: int) -> int | None:
+    """How many reference models attack ``attack`` (registry name, ``options``) calibrated each
+    target's scores with in a run of ``num_models`` models: every model but the target, under
+    either protocol; None for an attack that uses none (LOSS, Attack-P, ...) or one this
+    session cannot build (a user's attack not importable here). An attack with more
+    references is stronger (paper A's SDENet at the floor, the same 8 targets: LiRA AUC 0.520
+    with 7, 0.530 with 15), so two runs compare on leakage only at equal numbers."""
+    from miaudit.components import build_attack  # the registry: imported when asked
+
+    try:
+        built = build_attack({"name": attack, **options}, "attacks")
+    except ConfigError:
+        return None
+    return num_models - 1 if built.min_references else None
 
 
 @dataclass

@@ -113,6 +113,7 @@ class Comparison:
     views: list[RunView]
     labels: list[str]
     attacks: list[str]
+    notes: list[str]  # what the reader must know before comparing the rows
 
     @property
     def wide(self) -> bool:
@@ -143,7 +144,22 @@ def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -
             rows.append(model + [c for group in cells for c in group])
         else:
             rows.extend(model + [a, *group] for a, group in zip(chosen, cells))
-    return Comparison(header, rows, list(views), labels, chosen)
+    return Comparison(header, rows, list(views), labels, chosen, reference_notes(views, chosen))
+
+
+def reference_notes(views: Sequence[RunView], attacks: Sequence[str]) -> list[str]:
+    """A note per attack whose runs calibrated it on different numbers of reference models:
+    their leakage rows differ by attack strength too (:func:`miaudit.results.reference_models`)."""
+    notes = []
+    for attack in attacks:
+        counts = [view.summary.reference_models(attack) for view in views]
+        if len(set(counts) - {None}) > 1:
+            listed = ", ".join(f"{number}. {count}" for number, count
+                               in enumerate(counts, start=1))
+            notes.append(f"{attack}: the runs differ in reference models per target ({listed}); "
+                         "an attack calibrated on more is stronger, so compare runs with equal "
+                         "num_models")
+    return notes
 
 
 CAPTION = ("Percent (AUC as a fraction); attacks pooled over each run's targets, TPR@0.1% "
@@ -154,7 +170,7 @@ CAPTION = ("Percent (AUC as a fraction); attacks pooled over each run's targets,
 
 def rich_table(table: Comparison) -> Table:
     """The comparison as a rich table; every cell escaped (rich reads [..] as markup)."""
-    out = Table(title="run comparison", caption=CAPTION)
+    out = Table(title="run comparison", caption=" ".join([CAPTION, *table.notes]))
     for index, name in enumerate(table.header):
         out.add_column(rich_escape(name), justify="left" if index == 0 or name == "attack"
                        else "right")
@@ -169,7 +185,8 @@ def markdown(table: Comparison) -> str:
 
     body = [line(table.header), "|" + "---|" * len(table.header)]
     body += [line(row) for row in table.rows]
-    return CAPTION + "\n\n" + "\n".join(body) + "\n"
+    notes = "".join(f"\nNote: {note}.\n" for note in table.notes)
+    return CAPTION + "\n\n" + "\n".join(body) + "\n" + notes
 
 
 def compare_markdown(run_dirs: Sequence[Path], attacks: Sequence[str] | None = None) -> str:
@@ -206,7 +223,9 @@ def render_compare_html(table: Comparison) -> str:
             f"<h1>Run comparison</h1><p class=\"sub\">{len(table.views)} runs · "
             f"{escape(', '.join(table.attacks))}</p>"
             f'<table id="compare"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-            f'<p class="note">{escape(CAPTION)}</p><h2>Privacy-utility</h2>'
+            f'<p class="note">{escape(CAPTION)}</p>'
+            + "".join(f'<p class="note"><b>Note</b>: {escape(n)}.</p>' for n in table.notes)
+            + '<h2>Privacy-utility</h2>'
             f'<figure class="pu">{svg}<figcaption>{note}</figcaption></figure>'
             f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
 
