@@ -3,8 +3,10 @@ leakage and the natural / robust accuracy of fast AT (lambda 0) and fast AT + De
 lambda, with the intervals ``claims.py`` decides by, from the committed results.json files.
 
 Writes ``experiments/papers/B/lambda_sweep.md`` (the table) and ``lambda_sweep.png`` (leakage
-and accuracy against lambda, one line per experiment). A lambda whose run has not finished is
-left out of its line.
+and accuracy against lambda, one line per experiment, and leakage against natural accuracy with
+the matched-accuracy controls: fast AT trained fewer epochs, so that DeMem's points can be read
+against what a model that learned as little leaks anyway). A run that has not finished is left
+out.
 
 Usage:
     python experiments/lambda_sweep.py
@@ -30,6 +32,10 @@ SWEEPS = {  # experiment -> what it is
     "papers/B/fast_at_resnet14": "ResNet-14, seed 0",
     "papers/B/fast_at_resnet14_seed1": "ResNet-14, seed 1",
 }
+CONTROLS = {  # experiment -> matched-accuracy control stem -> what it is
+    "papers/B/fast_at_resnet14": {"5_fast_at_matched": "fast AT, 20 epochs"},
+    "papers/B/fast_at_resnet14_seed1": {"5_fast_at_matched": "fast AT, 20 epochs"},
+}
 STEMS = {0.0: "1_fast_at", 0.2: "2_fast_at_demem_0.2", 0.5: "3_fast_at_demem_0.5",
          1.0: "4_fast_at_demem_1.0"}
 ATTACK = "lira:fixed_variance=true"  # the DeMem claims' attack (RMIA saturates on DeMem models)
@@ -37,24 +43,39 @@ METRICS = ("test_accuracy", "robust_accuracy", "tpr@0.1%", "tpr@1%", "auc")
 HEADERS = ("natural acc", "PGD-20 acc", "TPR@0.1%", "TPR@1%", "AUC")
 
 
+def point(experiment: str, stem: str) -> dict[str, C.Interval] | None:
+    """metric -> (value, low, high) of one committed run; None when it has not finished."""
+    if C.load(experiment, stem) is None:
+        return None
+    row = C.Row(f"{experiment}/{stem}", experiment, stem, ATTACK, {}, None)
+    return {metric: C.interval(row, metric) for metric in METRICS}
+
+
 def sweep(experiment: str) -> dict[float, dict[str, C.Interval]]:
     """lambda -> metric -> (value, low, high) for the runs of ``experiment`` that finished."""
-    out = {}
-    for lam, stem in STEMS.items():
-        if C.load(experiment, stem) is None:
-            continue
-        row = C.Row(f"{experiment}/{stem}", experiment, stem, ATTACK, {}, None)
-        out[lam] = {metric: C.interval(row, metric) for metric in METRICS}
-    return out
+    return {lam: values for lam, stem in STEMS.items()
+            if (values := point(experiment, stem)) is not None}
 
 
-def table(found: dict[str, dict[float, dict[str, C.Interval]]]) -> str:
+def controls(experiment: str) -> dict[str, dict[str, C.Interval]]:
+    """What each finished matched-accuracy control of ``experiment`` is -> its metrics."""
+    return {what: values for stem, what in CONTROLS.get(experiment, {}).items()
+            if (values := point(experiment, stem)) is not None}
+
+
+def cells(values: dict[str, C.Interval]) -> str:
+    return " | ".join(C.fmt(m, values[m]) if values[m] else "-" for m in METRICS)
+
+
+def table(found: dict[str, dict[float, dict[str, C.Interval]]],
+          matched: dict[str, dict[str, dict[str, C.Interval]]]) -> str:
     lines = ["| experiment | lambda | " + " | ".join(HEADERS) + " |",
              "|" + " --- |" * (2 + len(HEADERS))]
     for experiment, points in found.items():
         for lam, values in points.items():
-            cells = [C.fmt(m, values[m]) if values[m] else "-" for m in METRICS]
-            lines.append(f"| {SWEEPS[experiment]} | {lam:g} | " + " | ".join(cells) + " |")
+            lines.append(f"| {SWEEPS[experiment]} | {lam:g} | {cells(values)} |")
+        for what, values in matched.get(experiment, {}).items():
+            lines.append(f"| {SWEEPS[experiment]} | control: {what} | {cells(values)} |")
     return "\n".join(lines)
 
 
@@ -68,8 +89,30 @@ def errorbar(axis, points: dict[float, dict[str, C.Interval]], metric: str, **st
     axis.errorbar(lams, centre, yerr=spread, capsize=3, marker="o", **style)
 
 
-def figure(found: dict[str, dict[float, dict[str, C.Interval]]], out: Path) -> None:
-    fig, (low_fpr, auc, acc) = plt.subplots(1, 3, figsize=(15, 4))
+def frontier(axis, points: dict[float, dict[str, C.Interval]],
+             matched: dict[str, dict[str, C.Interval]], colour: str, label: str) -> None:
+    """AUC against natural accuracy: DeMem's lambdas as a line, the controls as squares."""
+    def xy(values: dict[str, C.Interval]) -> tuple[float, float, list, list]:
+        acc, auc = values["test_accuracy"], values["auc"]
+        return (100 * acc[0], auc[0], [[100 * (acc[0] - acc[1])], [100 * (acc[2] - acc[0])]],
+                [[auc[0] - auc[1]], [auc[2] - auc[0]]])
+    usable = {lam: v for lam, v in points.items() if v["test_accuracy"] and v["auc"]}
+    axis.plot([xy(v)[0] for v in usable.values()], [xy(v)[1] for v in usable.values()],
+              color=colour, label=f"{label}: DeMem lambda")
+    for lam, values in usable.items():
+        x, y, xerr, yerr = xy(values)
+        axis.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colour, marker="o", capsize=2)
+        axis.annotate(f"{lam:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    for what, values in matched.items():
+        if values["test_accuracy"] and values["auc"]:
+            x, y, xerr, yerr = xy(values)
+            axis.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colour, marker="s", capsize=2,
+                          linestyle="none", label=f"{label}: {what}")
+
+
+def figure(found: dict[str, dict[float, dict[str, C.Interval]]],
+           matched: dict[str, dict[str, dict[str, C.Interval]]], out: Path) -> None:
+    fig, (low_fpr, auc, acc, utility) = plt.subplots(1, 4, figsize=(20, 4))
     for index, (experiment, points) in enumerate(found.items()):
         colour = f"C{index}"
         errorbar(low_fpr, points, "tpr@0.1%", color=colour, label=SWEEPS[experiment])
@@ -77,6 +120,7 @@ def figure(found: dict[str, dict[float, dict[str, C.Interval]]], out: Path) -> N
         errorbar(acc, points, "test_accuracy", color=colour, label=f"{SWEEPS[experiment]}: natural")
         errorbar(acc, points, "robust_accuracy", color=colour, linestyle="--",
                  label=f"{SWEEPS[experiment]}: PGD-20")
+        frontier(utility, points, matched.get(experiment, {}), colour, SWEEPS[experiment])
     low_fpr.set(ylabel="TPR at 0.1% FPR (%)", title="Leakage: online LiRA (fixed variance)")
     auc.set(ylabel="AUC", title="Leakage: online LiRA (fixed variance)")
     acc.set(ylabel="test accuracy (%)", title="Natural and robust (PGD-20) accuracy")
@@ -84,6 +128,10 @@ def figure(found: dict[str, dict[float, dict[str, C.Interval]]], out: Path) -> N
         axis.set_xlabel("DeMem lambda (0: fast AT)")
         axis.legend(fontsize=7)
         axis.grid(alpha=0.3)
+    utility.set(xlabel="natural test accuracy (%)", ylabel="AUC",
+                title="Leakage against utility (squares: fewer-epoch fast AT)")
+    utility.legend(fontsize=7)
+    utility.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -91,16 +139,19 @@ def figure(found: dict[str, dict[float, dict[str, C.Interval]]], out: Path) -> N
 
 def main() -> None:
     found = {experiment: points for experiment in SWEEPS if (points := sweep(experiment))}
+    matched = {experiment: found_controls for experiment in found
+               if (found_controls := controls(experiment))}
     text = ("# Paper B: the DeMem lambda sweep under fast AT\n\nGenerated by `python "
             "experiments/lambda_sweep.py` from the committed results.json files; 95% intervals "
             "as `claims.py` defines them (accuracies over the rotation targets, LiRA by the "
             f"crossed bootstrap), attack `{ATTACK}`. Percent, AUC as a fraction. The runs of "
             "one experiment share their memberships, so `claims.py` decides a lambda against "
             "fast AT by the paired interval of the difference (the claims table), narrower than "
-            "these separate intervals.\n\n"
-            f"{table(found)}\n\n![sweep](lambda_sweep.png)\n")
+            "these separate intervals. A control row is fast AT (no penalty) trained fewer epochs "
+            "to a DeMem lambda's natural accuracy.\n\n"
+            f"{table(found, matched)}\n\n![sweep](lambda_sweep.png)\n")
     (HERE / "lambda_sweep.md").write_text(text)
-    figure(found, HERE / "lambda_sweep.png")
+    figure(found, matched, HERE / "lambda_sweep.png")
     print(f"wrote {HERE / 'lambda_sweep.md'} and lambda_sweep.png")
 
 
