@@ -345,15 +345,20 @@ def test_the_lambda_sweep_reads_each_finished_lambda_with_its_intervals(monkeypa
                    "auc": 0.66, "auc_ci": [0.65, 0.67], "tpr@0.1%": 0.014,
                    "tpr@0.1%_ci": [0.012, 0.018], "tpr@1%": 0.06, "tpr@1%_ci": [0.055, 0.065],
                    "n_nonmembers": 5000, "ci_method": "crossed"}}}}
-    finished = {"1_fast_at", "3_fast_at_demem_0.5"}
+    finished = {"1_fast_at", "3_fast_at_demem_0.5", "5_fast_at_matched"}
     monkeypatch.setattr(claims, "load", lambda experiment, stem:
                         summary if stem in finished else None)
     points = sweep.sweep("papers/B/fast_at_resnet14")
     assert sorted(points) == [0.0, 0.5]  # lambdas 0.2 and 1.0 have not finished
     assert points[0.5]["auc"] == (0.66, 0.65, 0.67)
     assert points[0.5]["robust_accuracy"][0] == pytest.approx(0.32)
-    assert "| ResNet-14, seed 0 | 0.5 | 60.0 [59.0, 61.0] | 32.0" in sweep.table(
-        {"papers/B/fast_at_resnet14": points})
+    matched = sweep.controls("papers/B/fast_at_resnet14")
+    assert list(matched) == ["fast AT, 20 epochs"]  # the control is not a lambda of the line
+    assert sweep.controls("papers/B/fast_at") == {}  # no control there
+    text = sweep.table({"papers/B/fast_at_resnet14": points},
+                       {"papers/B/fast_at_resnet14": matched})
+    assert "| ResNet-14, seed 0 | 0.5 | 60.0 [59.0, 61.0] | 32.0" in text
+    assert "| ResNet-14, seed 0 | control: fast AT, 20 epochs | 60.0 [59.0, 61.0] |" in text
 
 
 def _accuracy_summary(per_target_test, seed=0, data_dir="/a"):
