@@ -79,35 +79,42 @@ def table(found: dict[str, dict[float, dict[str, C.Interval]]],
     return "\n".join(lines)
 
 
+def scaled(interval: C.Interval, metric: str) -> tuple[float, list[float], list[float]]:
+    """(centre, [below], [above]) of ``interval`` on the scale claims.py prints ``metric`` in."""
+    scale = C.scale_digits(metric)[0]
+    return scale * interval[0], [scale * (interval[0] - interval[1])], \
+        [scale * (interval[2] - interval[0])]
+
+
 def errorbar(axis, points: dict[float, dict[str, C.Interval]], metric: str, **style) -> None:
     """One line of ``metric`` (as claims.py prints it) against lambda, with its 95% intervals."""
-    scale = C.scale_digits(metric)[0]
     lams = [lam for lam, values in points.items() if values[metric]]
-    values = [points[lam][metric] for lam in lams]
-    centre = [scale * v[0] for v in values]
-    spread = [[scale * (v[0] - v[1]) for v in values], [scale * (v[2] - v[0]) for v in values]]
-    axis.errorbar(lams, centre, yerr=spread, capsize=3, marker="o", **style)
+    found = [scaled(points[lam][metric], metric) for lam in lams]
+    spread = [[below[0] for _, below, _ in found], [above[0] for _, _, above in found]]
+    axis.errorbar(lams, [centre for centre, _, _ in found], yerr=spread, capsize=3, marker="o",
+                  **style)
 
 
 def frontier(axis, points: dict[float, dict[str, C.Interval]],
              matched: dict[str, dict[str, C.Interval]], colour: str, label: str) -> None:
     """AUC against natural accuracy: DeMem's lambdas as a line, the controls as squares."""
-    def xy(values: dict[str, C.Interval]) -> tuple[float, float, list, list]:
-        acc, auc = values["test_accuracy"], values["auc"]
-        return (100 * acc[0], auc[0], [[100 * (acc[0] - acc[1])], [100 * (acc[2] - acc[0])]],
-                [[auc[0] - auc[1]], [auc[2] - auc[0]]])
-    usable = {lam: v for lam, v in points.items() if v["test_accuracy"] and v["auc"]}
-    axis.plot([xy(v)[0] for v in usable.values()], [xy(v)[1] for v in usable.values()],
+    def xy(values: dict[str, C.Interval]) -> tuple[tuple, tuple] | None:
+        if not (values["test_accuracy"] and values["auc"]):
+            return None
+        return scaled(values["test_accuracy"], "test_accuracy"), scaled(values["auc"], "auc")
+    line = {lam: found for lam, values in points.items() if (found := xy(values))}
+    axis.plot([x[0] for x, _ in line.values()], [y[0] for _, y in line.values()],
               color=colour, label=f"{label}: DeMem lambda")
-    for lam, values in usable.items():
-        x, y, xerr, yerr = xy(values)
-        axis.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colour, marker="o", capsize=2)
-        axis.annotate(f"{lam:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    for lam, (x, y) in line.items():
+        axis.errorbar([x[0]], [y[0]], xerr=[x[1], x[2]], yerr=[y[1], y[2]], color=colour,
+                      marker="o", capsize=2)
+        axis.annotate(f"{lam:g}", (x[0], y[0]), textcoords="offset points", xytext=(4, 4),
+                      fontsize=7)
     for what, values in matched.items():
-        if values["test_accuracy"] and values["auc"]:
-            x, y, xerr, yerr = xy(values)
-            axis.errorbar([x], [y], xerr=xerr, yerr=yerr, color=colour, marker="s", capsize=2,
-                          linestyle="none", label=f"{label}: {what}")
+        if found := xy(values):
+            x, y = found
+            axis.errorbar([x[0]], [y[0]], xerr=[x[1], x[2]], yerr=[y[1], y[2]], color=colour,
+                          marker="s", capsize=2, linestyle="none", label=f"{label}: {what}")
 
 
 def figure(found: dict[str, dict[float, dict[str, C.Interval]]],
