@@ -79,18 +79,18 @@ def table(found: dict[str, dict[float, dict[str, C.Interval]]],
     return "\n".join(lines)
 
 
-def scaled(interval: C.Interval, metric: str) -> tuple[float, list[float], list[float]]:
-    """(centre, [below], [above]) of ``interval`` on the scale claims.py prints ``metric`` in."""
+def scaled(interval: C.Interval, metric: str) -> tuple[float, float, float]:
+    """(centre, below, above) of ``interval`` on the scale claims.py prints ``metric`` in."""
     scale = C.scale_digits(metric)[0]
-    return scale * interval[0], [scale * (interval[0] - interval[1])], \
-        [scale * (interval[2] - interval[0])]
+    return (scale * interval[0], scale * (interval[0] - interval[1]),
+            scale * (interval[2] - interval[0]))
 
 
 def errorbar(axis, points: dict[float, dict[str, C.Interval]], metric: str, **style) -> None:
     """One line of ``metric`` (as claims.py prints it) against lambda, with its 95% intervals."""
     lams = [lam for lam, values in points.items() if values[metric]]
     found = [scaled(points[lam][metric], metric) for lam in lams]
-    spread = [[below[0] for _, below, _ in found], [above[0] for _, _, above in found]]
+    spread = [[below for _, below, _ in found], [above for _, _, above in found]]
     axis.errorbar(lams, [centre for centre, _, _ in found], yerr=spread, capsize=3, marker="o",
                   **style)
 
@@ -106,15 +106,16 @@ def frontier(axis, points: dict[float, dict[str, C.Interval]],
     axis.plot([x[0] for x, _ in line.values()], [y[0] for _, y in line.values()],
               color=colour, label=f"{label}: DeMem lambda")
     for lam, (x, y) in line.items():
-        axis.errorbar([x[0]], [y[0]], xerr=[x[1], x[2]], yerr=[y[1], y[2]], color=colour,
-                      marker="o", capsize=2)
+        axis.errorbar([x[0]], [y[0]], xerr=[[x[1]], [x[2]]], yerr=[[y[1]], [y[2]]],
+                      color=colour, marker="o", capsize=2)
         axis.annotate(f"{lam:g}", (x[0], y[0]), textcoords="offset points", xytext=(4, 4),
                       fontsize=7)
     for what, values in matched.items():
         if found := xy(values):
             x, y = found
-            axis.errorbar([x[0]], [y[0]], xerr=[x[1], x[2]], yerr=[y[1], y[2]], color=colour,
-                          marker="s", capsize=2, linestyle="none", label=f"{label}: {what}")
+            axis.errorbar([x[0]], [y[0]], xerr=[[x[1]], [x[2]]], yerr=[[y[1]], [y[2]]],
+                          color=colour, marker="s", capsize=2, linestyle="none",
+                          label=f"{label}: {what}")
 
 
 def figure(found: dict[str, dict[float, dict[str, C.Interval]]],
