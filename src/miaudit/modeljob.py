@@ -78,10 +78,12 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
     if parent_state is not None:
         model.load_state_dict(parent_state, strict=True)
         train = recipe.train_from_parent
-    member = torch.from_numpy(plan.keep[job.index])
+    # torch.tensor copies: on Ray the plan's arrays are read-only views of the object store,
+    # which torch.from_numpy would share with a warning
+    member = torch.tensor(plan.keep[job.index])
     x_val = y_val = None
     if recipe.needs_validation:
-        held_out = torch.from_numpy(plan.split.holdout)
+        held_out = torch.tensor(plan.split.holdout)
         x_val, y_val = pool.x[held_out], pool.y[held_out]
     started = time.perf_counter()
     env = TrainEnv(device=device, seed=job.seed, progress=progress,
