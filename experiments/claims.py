@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -527,6 +528,9 @@ def unequal_references(claim: Claim, seed: int | None = None) -> str:
             f"{low.label} {counts[1]} (compare at equal numbers)")
 
 
+FAILED, BELOW = "failed run: ", "; below the floor: "  # how a failed run's verdict reads
+
+
 def claim_verdicts(claim: Claim, seed: int | None = None
                    ) -> tuple[str, list[tuple[str, str, str]]]:
     """(overall verdict, [(metric, verdict, our numbers)]) at one seed (None: the rows' own
@@ -536,7 +540,7 @@ def claim_verdicts(claim: Claim, seed: int | None = None
     failed = failed_rows(claim, seed)
     overall = interval_verdict(per_metric)
     if failed:  # decides nothing; what the intervals say below the floor is shown, not counted
-        return f"failed run: {', '.join(failed)}; below the floor: {overall}", per_metric
+        return f"{FAILED}{', '.join(failed)}{BELOW}{overall}", per_metric
     if unequal := unequal_references(claim, seed):  # shown, not counted, as a failed run
         return f"{unequal}; as measured: {overall}", per_metric
     return overall, per_metric
@@ -561,8 +565,21 @@ def decide(claim: Claim) -> tuple[str, str]:
     verdicts = {overall for overall, _ in ran.values()}
     if len(verdicts) == 1:
         return f"{verdicts.pop()} (seeds {', '.join(map(str, ran))})", text
+    if all(overall.startswith(FAILED) for overall, _ in ran.values()):
+        return failed_at_every_seed({seed: overall for seed, (overall, _) in ran.items()}), text
     return "seeds disagree: " + "; ".join(f"seed {seed} {overall}" for seed, (overall, _)
                                           in ran.items()), text
+
+
+def failed_at_every_seed(verdicts: dict[int, str]) -> str:
+    """One failed-run verdict for a claim whose rows failed the floor at every seed (at
+    different accuracies, so the seeds' texts differ): a failed run, not a disagreement."""
+    rows = "; ".join(f"seed {seed} {v.removeprefix(FAILED).split(BELOW)[0]}"
+                     for seed, v in verdicts.items())
+    below = {seed: v.split(BELOW, 1)[1] for seed, v in verdicts.items()}
+    shown = (next(iter(below.values())) if len(set(below.values())) == 1 else
+             "seeds disagree (" + "; ".join(f"seed {s} {v}" for s, v in below.items()) + ")")
+    return f"{FAILED}{rows}{BELOW}{shown}"
 
 
 def interval_verdict(per_metric: list[tuple[str, str, str]]) -> str:
@@ -649,7 +666,7 @@ def claims_table() -> str:
         category = overall.split(":")[0]  # "failed run: ...", "mixed: ..." or the verdict
         counts[category] = counts.get(category, 0) + 1
         if category == "failed run":
-            below = overall.split("below the floor: ", 1)[1].split(":")[0]
+            below = re.split(r":| \(", overall.split(BELOW, 1)[1])[0]
             below_floor[below] = below_floor.get(below, 0) + 1
     tally = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
     if below_floor:

@@ -33,6 +33,7 @@ from miaudit.executors import (
     JobFailedError,
     LocalExecutor,
     LocalRef,
+    ProcessExecutor,
     make_executor,
     resolve,
 )
@@ -142,6 +143,31 @@ def test_local_failure_names_the_job_and_stops(tmp_path: Path) -> None:
     assert sorted(p.name.split("-")[0] for p in tmp_path.iterdir()) == ["0", "1"]  # 2 never ran
 
 
+# -- ProcessExecutor ---------------------------------------------------------------------------
+def test_processes_run_in_workers_and_match_local() -> None:
+    executor = ProcessExecutor(2)
+    data = executor.put(synthetic_data())
+    jobs = [Job(i, {"data": data, "seed": 10 + i}) for i in range(3)]
+    results, events = run_collect(executor, jobs)
+    assert sorted(events) == sorted((kind, i) for i in range(3) for kind in ("start", "done"))
+    assert all(events.index(("start", i)) < events.index(("done", i)) for i in range(3))
+    assert all(results[i]["pid"] != os.getpid() for i in range(3))  # not in the driver
+    local, _ = run_collect(LocalExecutor(), jobs)
+    assert all(same_model(results[i], local[i]) for i in range(3))
+
+
+def test_processes_failure_names_the_job_and_cancels_the_rest(tmp_path: Path) -> None:
+    data = LocalRef(synthetic_data())
+    jobs = [Job(0, {"data": data, "seed": 0, "marks": str(tmp_path), "fail": "always"}),
+            *(Job(i, {"data": data, "seed": i, "marks": str(tmp_path), "after": 0, "steps": 2000})
+              for i in range(1, 8))]
+    with pytest.raises(JobFailedError, match="job 0 failed") as info:
+        ProcessExecutor(1).run(jobs, tiny_work, lambda job, result, s: None)
+    assert isinstance(info.value.cause, ValueError)
+    started = {p.name.split("-")[0] for p in tmp_path.iterdir()}
+    assert "0" in started and len(started) < 8  # the queued jobs were cancelled
+
+
 def test_resolve_passes_plain_values_through() -> None:
     value = [1, 2]
     assert resolve(value) is value
@@ -159,11 +185,18 @@ def test_executor_config_accepts_the_documented_forms() -> None:
     assert ExecutorConfig.model_validate({"name": "ray", "address": None}).address is None
     assert isinstance(make_executor(None), LocalExecutor)
     assert isinstance(make_executor("local"), LocalExecutor)
+    pool = make_executor({"name": "processes", "workers": 3, "threads_per_model": 2})
+    assert isinstance(pool, ProcessExecutor)
+    assert (pool.workers, pool.threads_per_model) == (3, 2)
 
 
 @pytest.mark.parametrize("spec", [
     {"name": "ray", "gpus": 1},                       # unknown key
     {"name": "local", "gpus_per_model": 1},           # cluster option under local
+    {"name": "local", "workers": 4},                  # pool option under local
+    {"name": "processes", "gpus_per_model": 0.5},     # Ray option under processes
+    {"name": "processes", "workers": 0},
+    {"name": "ray", "workers": 4},
     {"name": "ray", "gpus_per_model": -1},
     {"name": "ray", "cpus_per_model": 0},
     {"name": "ray", "max_retries": "2"},              # strict: no str -> int coercion
@@ -407,6 +440,24 @@ def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> Non
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in holders), "the cancelled job's worker still runs"
     assert done == []
+
+
+def test_an_audit_on_processes_equals_the_local_audit(tmp_path: Path) -> None:
+    """The train stage through a pool of two worker processes: same models, same numbers."""
+    from conftest import tiny_audit
+    from miaudit.config import validate_config
+    from miaudit.pipeline import audit
+
+    local = audit(validate_config(tiny_audit(tmp_path / "local", share_models=False)),
+                  show_progress=False)
+    pooled = audit(validate_config(tiny_audit(
+        tmp_path / "pool", share_models=False,
+        executor={"name": "processes", "workers": 2})), show_progress=False)
+    for index in range(4):
+        name = f"models/{index:04d}/weights.safetensors"
+        assert (local.run_dir / name).read_bytes() == (pooled.run_dir / name).read_bytes()
+    for label in ("loss", "lira"):
+        assert pooled.attacks[label].pooled == local.attacks[label].pooled
 
 
 def test_an_audit_on_ray_equals_the_local_audit(cluster: Any, tmp_path: Path) -> None:

@@ -230,14 +230,41 @@ def _seeded_summary(auc: float) -> dict:
                                              "inconclusive")])
 def test_a_claim_with_seeds_needs_two_seeds_that_agree(monkeypatch, results, verdict):
     # Issue 26 item 5: reproduced only if it holds at both seeds; one seed is said so.
-    rows = {"h": claims.Row("h", "s0", "high"), "l": claims.Row("l", "s0", "low")}
+    claim = _seeded_claim(monkeypatch, results)
+    assert claims.decide(claim)[0] == verdict
+
+
+def _seeded_claim(monkeypatch, results, accuracy=0.9):
+    rows = {"h": claims.Row("h", "s0", "high", floor="ODE/SDE"),
+            "l": claims.Row("l", "s0", "low", floor="ODE/SDE")}
     monkeypatch.setattr(claims, "ROWS", rows)
     aucs = {(experiment, stem): auc for experiment, pair in results.items()
             for stem, auc in zip(("high", "low"), pair)}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: _seeded_summary(
-        aucs[experiment, stem]) if (experiment, stem) in aucs else None)
-    claim = claims.Claim("s", "h", "l", ("auc",), seeds={0: "s0", 1: "s1"})
-    assert claims.decide(claim)[0] == verdict
+
+    def load(experiment, stem, *a):
+        if (experiment, stem) not in aucs:
+            return None
+        summary = _seeded_summary(aucs[experiment, stem])
+        summary["target_models"]["test_accuracy"] = accuracy[experiment] if isinstance(
+            accuracy, dict) else accuracy
+        return summary
+
+    monkeypatch.setattr(claims, "load", load)
+    return claims.Claim("s", "h", "l", ("auc",), seeds={0: "s0", 1: "s1"})
+
+
+def test_rows_below_the_floor_at_every_seed_are_a_failed_run_not_a_disagreement(monkeypatch):
+    # Both seeds failed the floor (at different accuracies, and with different readings below
+    # it): the claim is a failed run, counted as one, not "seeds disagree".
+    claim = _seeded_claim(monkeypatch, {"s0": (0.7, 0.6), "s1": (0.6, 0.7)},
+                          accuracy={"s0": 0.40, "s1": 0.45})
+    verdict = claims.decide(claim)[0]
+    assert verdict == ("failed run: seed 0 h (40.0% test, floor 60%), l (40.0% test, floor 60%); "
+                       "seed 1 h (45.0% test, floor 60%), l (45.0% test, floor 60%); below the "
+                       "floor: seeds disagree (seed 0 reproduced; seed 1 not reproduced)")
+    monkeypatch.setattr(claims, "CLAIMS", [claim])
+    assert "1 claims: 1 failed run (below the floors, not counted: 1 seeds disagree)" in (
+        claims.claims_table())
 
 
 def test_every_config_run_line_names_its_own_folder():

@@ -260,7 +260,8 @@ class AuditConfig(_Strict):
     # reuse identical trained models across run directories (output_dir/model_cache)
     share_models: bool = True
     device: str = "auto"
-    # where the per-model train jobs run: local (in this process) or ray (see miaudit.executors)
+    # where the per-model train jobs run: local (in this process), processes (a worker pool here)
+    # or ray (see miaudit.executors)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     # torch intra-op threads: None keeps torch's choice; "auto" picks from the cores and the
     # load (miaudit.threads.default_threads; fastest on a shared machine, but the thread count,

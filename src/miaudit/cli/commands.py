@@ -79,8 +79,9 @@ def audit(
                        typer.Option(help="';'-separated query specs or presets")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="any field: key.path=value "
                     "(YAML value), repeatable")] = None,
-    executor: Annotated[str | None, typer.Option(help="local | ray (a local Ray cluster; "
-                        "options with --set executor.address=auto etc.)")] = None,
+    executor: Annotated[str | None, typer.Option(help="local | processes (a worker pool here) "
+                        "| ray (a local Ray cluster); options with --set executor.workers=4, "
+                        "executor.address=auto etc.")] = None,
     threads: Annotated[str | None, typer.Option(help="torch intra-op threads, or auto (from "
                        "the cores and the load); default: torch's choice. Set it on a "
                        "machine with other load: 2 threads there can be 15x slower than 1")]

@@ -10,6 +10,10 @@ Config section (``executor:`` in an audit config)::
       gpus_per_model: 0.25           # fractional: four models share a GPU
       max_retries: 2
       threads_per_model: null        # torch threads per task; null = floor(cpus_per_model)
+    executor:
+      name: processes                # a pool of worker processes on this machine, no Ray
+      workers: 4                     # jobs at once (e.g. four small models on one GPU)
+      threads_per_model: 1
 
 ``RayExecutor`` lives in :mod:`miaudit.executors.ray`, imported on first use so that Ray stays
 an optional dependency.
@@ -30,12 +34,18 @@ from miaudit.executors._base import (
     resolve,
 )
 from miaudit.executors.local import LocalExecutor
+from miaudit.executors.processes import ProcessExecutor
 
 __all__ = ["Executor", "ExecutorConfig", "Job", "JobFailedError", "LocalExecutor", "LocalRef",
-           "RayExecutor", "SharedRef", "make_executor", "resolve"]
+           "ProcessExecutor", "RayExecutor", "SharedRef", "make_executor", "resolve"]
 
-_RAY_ONLY = ("address", "cpus_per_model", "gpus_per_model", "max_retries", "threads_per_model",
-             "max_in_flight", "runtime_env")
+# The options each executor reads; any other option given away from its default is an error.
+_OPTIONS = {
+    "local": (),
+    "ray": ("address", "cpus_per_model", "gpus_per_model", "max_retries", "threads_per_model",
+            "max_in_flight", "runtime_env"),
+    "processes": ("workers", "threads_per_model"),
+}
 
 
 class ExecutorConfig(BaseModel):
@@ -43,7 +53,7 @@ class ExecutorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    name: Literal["local", "ray"] = "local"
+    name: Literal["local", "ray", "processes"] = "local"
     address: str | None = None
     cpus_per_model: float = Field(1.0, gt=0)
     gpus_per_model: float = Field(0.0, ge=0)
@@ -51,6 +61,7 @@ class ExecutorConfig(BaseModel):
     threads_per_model: int | None = Field(None, ge=1)
     max_in_flight: int | None = Field(None, ge=1)
     runtime_env: dict[str, Any] | None = None
+    workers: int = Field(2, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -58,13 +69,15 @@ class ExecutorConfig(BaseModel):
         return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _ray_options_need_ray(self) -> ExecutorConfig:
+    def _options_of_this_executor(self) -> ExecutorConfig:
         # A cluster option under `executor: local` is a config mistake, not something to ignore.
         # (Options at their defaults pass: a dumped config must load back.)
-        given = sorted(name for name in self.model_fields_set & set(_RAY_ONLY)
-                       if getattr(self, name) != type(self).model_fields[name].default)
-        if self.name == "local" and given:
-            raise ValueError(f"executor 'local' takes no options, got {given}")
+        foreign = sorted(name for name in self.model_fields_set - {"name"}
+                         if name not in _OPTIONS[self.name]
+                         and getattr(self, name) != type(self).model_fields[name].default)
+        if foreign:
+            takes = ", ".join(_OPTIONS[self.name]) or "no options"
+            raise ValueError(f"executor {self.name!r} takes {takes}; got {foreign}")
         return self
 
 
@@ -74,6 +87,8 @@ def make_executor(spec: ExecutorConfig | dict[str, Any] | str | None = None) -> 
         spec or "local")
     if cfg.name == "local":
         return LocalExecutor()
+    if cfg.name == "processes":
+        return ProcessExecutor(cfg.workers, threads_per_model=cfg.threads_per_model or 1)
     from miaudit.executors.ray import RayExecutor
 
     return RayExecutor(cfg.address, cpus_per_model=cfg.cpus_per_model,

@@ -1,0 +1,87 @@
+"""Per-model jobs in a pool of worker processes on this machine: several models at once
+without Ray (e.g. several small models sharing one GPU, or one model per core of a CPU box).
+
+Built on :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start method:
+CUDA cannot be used in a forked child, and a spawned worker starts from a clean interpreter
+the way a Ray worker does, so the work function and payloads must be picklable (they are, for
+Ray's sake). The driver alone calls ``on_done`` and so alone writes the run directory.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from miaudit.executors._base import Job, JobFailedError, LocalRef, OnDone, OnProgress, Work
+
+
+def _set_threads(threads: int) -> None:
+    """Worker initializer: N workers each with torch's default (one thread per core) would
+    run N x cores threads on the cores."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run_job(work: Work, job: Job) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = work(job)
+    return result, time.perf_counter() - started
+
+
+class ProcessExecutor:
+    """Runs up to ``workers`` jobs at once, each in a worker process with
+    ``threads_per_model`` torch threads; reports each finished job to ``on_done`` in the
+    driver (completion order). A job that raises stops the submission of the rest, cancels
+    the jobs not yet started, lets the running ones finish (a process pool cannot kill one
+    job's worker alone) and raises :class:`JobFailedError`; no retries (a worker that dies
+    breaks the pool, which is reported the same way)."""
+
+    def __init__(self, workers: int, threads_per_model: int = 1) -> None:
+        if workers < 1 or threads_per_model < 1:
+            raise ValueError("need workers >= 1 and threads_per_model >= 1")
+        self.workers = workers
+        self.threads_per_model = threads_per_model
+
+    def run(self, jobs: Sequence[Job], work: Work, on_done: OnDone,
+            on_progress: OnProgress | None = None) -> None:
+        if not jobs:
+            return
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs)),
+                                 mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_set_threads,
+                                 initargs=(self.threads_per_model,)) as pool:
+            pending: dict[Future, Job] = {}
+            try:
+                for job in jobs:
+                    pending[pool.submit(_run_job, work, job)] = job
+                    if on_progress is not None:
+                        on_progress(job)
+                while pending:
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        job = pending.pop(future)
+                        try:
+                            result, seconds = future.result()
+                        except Exception as exc:
+                            raise JobFailedError(job, exc) from exc
+                        on_done(job, result, seconds)
+            finally:
+                for future in pending:
+                    future.cancel()
+
+    def put(self, value: Any) -> LocalRef:
+        """The value itself: it is pickled into each job sent to a worker."""
+        return LocalRef(value)
+
+    def close(self) -> None:
+        """Nothing held between runs: each :meth:`run` starts and joins its own pool."""
+
+    def __enter__(self) -> ProcessExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
