@@ -25,9 +25,10 @@ from miaudit.reporting.html import CSS, pct
 from miaudit.reporting.run_view import Metric, RunView
 
 WIDE_MAX_ATTACKS = 3
-# Config fields that never describe the audited system, so they never label a run.
-IGNORED_KEYS = ("name", "output_dir", "data.data_dir", "device", "attacks", "share_models",
-                "memorization_attack")
+# Config fields that never describe the audited system, so they never label a run (where and on
+# how many threads the jobs ran is not part of a model's identity either).
+IGNORED_KEYS = ("name", "output_dir", "data.data_dir", "device", "executor", "threads", "attacks",
+                "share_models", "memorization_attack")
 ATTACK_COLUMNS = ("TPR@0.1% [CI]", "TPR@1%", "AUC")
 MODEL_COLUMNS = ("train acc", "test acc", "gap")
 
