@@ -32,13 +32,25 @@ def _run_job(work: Work, job: Job) -> tuple[Any, float]:
     return result, time.perf_counter() - started
 
 
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel the queued jobs and end the running ones now, rather than waiting minutes for
+    models nobody will use."""
+    if hasattr(pool, "terminate_workers"):  # Python >= 3.14 (it shuts the pool down too)
+        pool.terminate_workers()
+        return
+    # Before 3.14 the pool has no public way to end its workers; shutdown forgets them.
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
+
+
 class ProcessExecutor:
     """Runs up to ``workers`` jobs at once, each in a worker process with
     ``threads_per_model`` torch threads; reports each finished job to ``on_done`` in the
-    driver (completion order). A job that raises stops the submission of the rest, cancels
-    the jobs not yet started, lets the running ones finish (a process pool cannot kill one
-    job's worker alone) and raises :class:`JobFailedError`; no retries (a worker that dies
-    breaks the pool, which is reported the same way)."""
+    driver (completion order). A job that raises (or a worker that dies), a failing
+    ``on_done`` or Ctrl-C cancels the queued jobs, ends the running ones' worker processes and
+    raises (:class:`JobFailedError` for a job); no retries."""
 
     def __init__(self, workers: int, threads_per_model: int = 1) -> None:
         if workers < 1 or threads_per_model < 1:
@@ -50,28 +62,28 @@ class ProcessExecutor:
             on_progress: OnProgress | None = None) -> None:
         if not jobs:
             return
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs)),
-                                 mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_set_threads,
-                                 initargs=(self.threads_per_model,)) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(jobs)),
+                                   mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_set_threads, initargs=(self.threads_per_model,))
+        try:
             pending: dict[Future, Job] = {}
-            try:
-                for job in jobs:
-                    pending[pool.submit(_run_job, work, job)] = job
-                    if on_progress is not None:
-                        on_progress(job)
-                while pending:
-                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        job = pending.pop(future)
-                        try:
-                            result, seconds = future.result()
-                        except Exception as exc:
-                            raise JobFailedError(job, exc) from exc
-                        on_done(job, result, seconds)
-            finally:
-                for future in pending:
-                    future.cancel()
+            for job in jobs:
+                pending[pool.submit(_run_job, work, job)] = job
+                if on_progress is not None:
+                    on_progress(job)
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    job = pending.pop(future)
+                    try:
+                        result, seconds = future.result()
+                    except Exception as exc:
+                        raise JobFailedError(job, exc) from exc
+                    on_done(job, result, seconds)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown(wait=True)
 
     def put(self, value: Any) -> LocalRef:
         """The value itself: it is pickled into each job sent to a worker."""
