@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from miaudit.executors._base import Job, JobFailedError, LocalRef, OnDone, OnProgress, Work
+from miaudit.executors._base import (
+    Job,
+    JobFailedError,
+    LocalRef,
+    OnDone,
+    OnProgress,
+    Work,
+    timed,
+)
 
 
 class LocalExecutor:
@@ -17,12 +24,11 @@ class LocalExecutor:
         for job in jobs:
             if on_progress is not None:
                 on_progress(job)
-            started = time.perf_counter()
             try:
-                result = work(job)
+                result, seconds = timed(work, job)
             except Exception as exc:  # KeyboardInterrupt etc. propagate unwrapped
                 raise JobFailedError(job, exc) from exc
-            on_done(job, result, time.perf_counter() - started)
+            on_done(job, result, seconds)
 
     def put(self, value: Any) -> LocalRef:
         return LocalRef(value)

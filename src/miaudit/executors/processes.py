@@ -10,12 +10,19 @@ Ray's sake). The driver alone calls ``on_done`` and so alone writes the run dire
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from miaudit.executors._base import Job, JobFailedError, LocalRef, OnDone, OnProgress, Work
+from miaudit.executors._base import (
+    Job,
+    JobFailedError,
+    LocalRef,
+    OnDone,
+    OnProgress,
+    Work,
+    timed,
+)
 
 
 def _set_threads(threads: int) -> None:
@@ -24,12 +31,6 @@ def _set_threads(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
-
-
-def _run_job(work: Work, job: Job) -> tuple[Any, float]:
-    started = time.perf_counter()
-    result = work(job)
-    return result, time.perf_counter() - started
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -68,7 +69,7 @@ class ProcessExecutor:
         try:
             pending: dict[Future, Job] = {}
             for job in jobs:
-                pending[pool.submit(_run_job, work, job)] = job
+                pending[pool.submit(timed, work, job)] = job
                 if on_progress is not None:
                     on_progress(job)
             while pending:

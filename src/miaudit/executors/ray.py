@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,15 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     raise ImportError("the ray executor needs Ray, an optional dependency: "
                       "pip install 'miaudit[ray]' (or pip install 'ray>=2.9')") from exc
 
-from miaudit.executors._base import Job, JobFailedError, OnDone, OnProgress, SharedRef, Work
+from miaudit.executors._base import (
+    Job,
+    JobFailedError,
+    OnDone,
+    OnProgress,
+    SharedRef,
+    Work,
+    timed,
+)
 
 
 @dataclass(frozen=True)
@@ -54,9 +61,7 @@ def _run_job(work: Work, job: Job, threads: int | None) -> tuple[Any, float]:
         import torch
 
         torch.set_num_threads(threads)
-    started = time.perf_counter()
-    result = work(job)
-    return result, time.perf_counter() - started
+    return timed(work, job)
 
 
 _remote_run_job = ray.remote(_run_job)
