@@ -17,6 +17,7 @@ from miaudit.models.ode import (
     ODEFunc,
     SecondOrderBlock,
     Solver,
+    StepBatchNorm2d,
     dp_incompatibilities,
 )
 from miaudit.models.resnet import ResBlock
@@ -97,7 +98,10 @@ def test_odenet_solver_and_norm_options_run(options):
     ("sdenet", {"stepper": "heun"}, "stepper"), ("sdenet", {"n_sde_blocks": 4}, "n_sde_blocks"),
     ("sdenet", {"k": 0.5, "sigma": 2.0}, "sigma"), ("sdenet", {"k": -1.0}, "k"),
     ("sdenet", {"spectral_norm": True, "ode_norm": "group"}, "ode_norm"),
-    ("resnet14", {}, "image"),
+    ("resnet14", {}, "image"), ("sonode", {"bn_stats": "per_step"}, "bn_stats"),
+    ("sonode", {"bn_stats": "per_evaluation", "norm": "group"}, "norm='batch'"),
+    ("anode", {"bn_stats": "per_evaluation", "solver": "dopri5"}, "fixed-step"),
+    ("odenet", {"bn_stats": "per_evaluation", "adjoint": True}, "fixed-step"),
 ])
 def test_bad_options_name_the_option(name, options, word):
     shape = (8,) if word == "image" else (1, 8, 8)
@@ -374,6 +378,72 @@ def test_spectral_norm_gives_a_valid_lipschitz_bound():
         before = drift_lipschitz_bound(plain)
         plain.conv1.layer.weight.mul_(3.0)
     assert drift_lipschitz_bound(plain) == pytest.approx(3.0 * before, rel=1e-6)
+
+
+# -- BatchNorm statistics per solver evaluation (bn_stats) ---------------------------------
+def test_step_batchnorm_trains_as_batchnorm_and_keeps_each_evaluations_statistics():
+    """Brute-force reference: one torch BatchNorm2d per evaluation index, sharing the affine."""
+    torch.manual_seed(0)
+    step = StepBatchNorm2d(3, evaluations=2)
+    nn.init.normal_(step.weight)
+    nn.init.normal_(step.bias)
+    references = [nn.BatchNorm2d(3) for _ in range(2)]
+    for ref in references:
+        ref.load_state_dict({**ref.state_dict(), "weight": step.weight.detach(),
+                             "bias": step.bias.detach()})
+    for _ in range(3):  # three solves of two evaluations, the second input shifted and scaled
+        step.restart()
+        for k, ref in enumerate(references):
+            x = torch.randn(16, 3, 4, 4) * (1 + 4 * k) + 3 * k
+            torch.testing.assert_close(step(x), ref(x))
+    for k, ref in enumerate(references):
+        torch.testing.assert_close(step.running_mean[k], ref.running_mean)
+        torch.testing.assert_close(step.running_var[k], ref.running_var)
+    step.eval()
+    for ref in references:
+        ref.eval()
+    step.restart()
+    x = torch.randn(4, 3, 4, 4)
+    for ref in references:
+        torch.testing.assert_close(step(x), ref(x))
+    with pytest.raises(RuntimeError, match="evaluation 3"):
+        step(x)
+
+
+@pytest.mark.parametrize(("solver", "steps"), [("euler", 4), ("rk4", 2)])
+def test_per_evaluation_statistics_cover_every_evaluation_of_a_solve(solver, steps):
+    model = tiny("sonode", solver=solver, steps=steps, bn_stats="per_evaluation").train()
+    model(torch.rand(8, 1, 8, 8))
+    func = model.stages[0].blocks.func.f
+    assert func.nfe == Solver(solver, steps=steps).evaluations
+    for norm in (func.norm1, func.norm2):
+        assert isinstance(norm, StepBatchNorm2d)
+        assert norm.evaluation == len(norm.running_mean) == func.nfe
+        assert (norm.running_var != 1).all()  # every row was updated
+
+
+@pytest.mark.parametrize("name", ["sonode", "anode"])
+def test_per_evaluation_statistics_make_eval_mode_match_the_trained_function(name):
+    """The failure mode: SONODE's velocity and ANODE's extra channels start at zero, so one set
+    of running statistics (the average over evaluations) normalizes each step wrongly in eval
+    mode; per-evaluation statistics reproduce the training-mode function. With momentum 1 the
+    running statistics are the last batch's (unbiased variance: large batch, loose tolerance)."""
+    x = torch.rand(256, 1, 8, 8)
+    gaps = {}
+    for stats in ("shared", "per_evaluation"):
+        torch.manual_seed(0)
+        model = tiny(name, steps=4, bn_stats=stats)
+        for module in model.modules():
+            if isinstance(module, (nn.BatchNorm2d, StepBatchNorm2d)):
+                module.momentum = 1.0
+        block = model.stages[0]
+        features = model.stem(x).detach()
+        with torch.no_grad():
+            trained = block.train()(features)
+            evaluated = block.eval()(features)
+        gaps[stats] = ((evaluated - trained).norm() / trained.norm()).item()
+    assert gaps["per_evaluation"] < 0.02
+    assert gaps["shared"] > 10 * gaps["per_evaluation"]
 
 
 # -- second-order models --------------------------------------------------------------------
