@@ -590,6 +590,8 @@ def test_dp_incompatibilities_are_declared():
     assert "adaptive" in dp_incompatibilities(tiny("odenet", solver="dopri5"))[0]
     assert "adjoint" in dp_incompatibilities(tiny("odenet64", adjoint=True))[0]
     assert "spectral" in dp_incompatibilities(tiny("sdenet", spectral_norm=True))[0]
+    assert "per solver evaluation" in dp_incompatibilities(
+        tiny("sonode", bn_stats="per_evaluation"))[0]
 
 
 def _replayable_noise(model: nn.Module, batch: int) -> dict:

@@ -408,6 +408,11 @@ def test_dpsgd_refuses_models_without_per_sample_gradients():
     x, y = torch.rand(8, 1, 8, 8), torch.randint(3, (8,))
     with pytest.raises(DPIncompatibleModelError, match="dopri5"):
         recipe.train(ode, x, y, TrainParams(epochs=1, batch_size=4), TrainEnv())
+    # BatchNorm with per-evaluation statistics is not torch's: not replaced, so refused
+    sonode = build_model("sonode", input_shape=(1, 8, 8), num_classes=3, width=0.25, steps=2,
+                         bn_stats="per_evaluation")
+    with pytest.raises(DPIncompatibleModelError, match="per solver evaluation"):
+        recipe.architecture(sonode)
 
     class Adjoint(nn.Module):  # no declared reason: found by the attribute heuristic
         def __init__(self):

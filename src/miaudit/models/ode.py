@@ -72,6 +72,11 @@ class StepBatchNorm2d(nn.Module):
     model trains exactly as with BatchNorm2d and differs only in eval mode. Hand-written: torch
     has no BatchNorm with indexed running statistics."""
 
+    # dpsgd replaces torch's BatchNorm layers by GroupNorm, but not this one: refuse instead.
+    dp_incompatibility = ("BatchNorm statistics per solver evaluation (bn_stats="
+                          "'per_evaluation') mix the samples of a batch; use bn_stats='shared', "
+                          "whose BatchNorm dpsgd replaces by GroupNorm")
+
     def __init__(self, channels: int, evaluations: int, momentum: float = 0.1, eps: float = 1e-5):
         super().__init__()
         self.momentum, self.eps = momentum, eps
