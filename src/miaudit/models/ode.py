@@ -20,12 +20,13 @@ function evaluation with its own batch statistics, but it keeps one set of runni
 the average over all the evaluations of a solve. Where the state's distribution changes along
 the solve, eval mode then normalizes each step with statistics of the wrong step: SONODE's
 velocity and ANODE's extra channels start at exactly zero (variance 0 at t = 0, growing after),
-and such models lose 4-6 accuracy points in eval mode after a few epochs (measured on CIFAR-10,
-5,000 images, 8 epochs: SONODE 51.0% train accuracy with batch statistics vs 46.3% in eval
-mode; ODENet-64, whose state moves little per step, 50.8% vs 50.2%). ``bn_stats="per_evaluation"``
-keeps running statistics per function evaluation of a fixed-step solve (affine parameters
-shared): training is unchanged, and eval mode normalizes each evaluation with its own step's
-statistics. ``"shared"`` (default) is torch's BatchNorm2d.
+and such models lose accuracy in eval mode (CIFAR-10, 5,000 images, 8 epochs: SONODE 51.0% train
+accuracy with batch statistics vs 46.3% in eval mode; ODENet-64, whose state moves little per
+step, 50.8% vs 50.2%; after 30 epochs on 10,800 images SONODE tested 37.7% with shared
+statistics (trained on a GPU) and 74.9% with per-evaluation ones; experiments/README.md).
+``bn_stats="per_evaluation"`` keeps running statistics per function evaluation of a fixed-step
+solve (affine parameters shared): training is unchanged, and eval mode normalizes each
+evaluation with its own step's statistics. ``"shared"`` (default) is torch's BatchNorm2d.
 
 Solvers (torchdiffeq): ``euler`` (default), ``rk4`` (torchdiffeq's is the 3/8 rule), fixed grid
 of ``steps`` steps of size T / steps; ``dopri5`` adaptive (rtol, atol). ``adjoint=True`` uses
