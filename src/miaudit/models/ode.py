@@ -58,9 +58,9 @@ from miaudit.models.staged import (
 from miaudit.registry import MODELS
 
 SOLVERS = ("euler", "rk4", "dopri5")
-FIXED_STEP = ("euler", "rk4")
 #: function evaluations per step of each fixed-step solver (torchdiffeq's rk4 is the 3/8 rule)
 EVALUATIONS_PER_STEP = {"euler": 1, "rk4": 4}
+FIXED_STEP = tuple(EVALUATIONS_PER_STEP)
 BN_STATS = ("shared", "per_evaluation")
 
 
@@ -326,8 +326,8 @@ def check_ode_options(*, solver: str, steps: int, T: float, adjoint: bool, norm:
                       **unchecked: object) -> None:
     """The option values of the ODE models (the config checks them before any data is
     loaded); options a model lacks keep a valid default here."""
-    step_evaluations(bn_stats, norm, _solver(solver, steps, T, adjoint, rtol, atol))
     check_norm(norm)
+    step_evaluations(bn_stats, norm, _solver(solver, steps, T, adjoint, rtol, atol))
     _check_blocks(blocks)
     check_stem_stride(stem_stride)
     _check_augment(augment_channels)
