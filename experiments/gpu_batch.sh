@@ -1,9 +1,12 @@
 #!/bin/bash
 # Run several experiment configs side by side on one GPU machine and pack what they made.
 #
-# usage: bash experiments/gpu_batch.sh TRAIN_BUDGET_S WORKERS EXPERIMENT:STEM ...
+# usage: bash experiments/gpu_batch.sh TRAIN_BUDGET_S WORKERS EXPERIMENT:STEM[+STEM...] ...
 #
-# Each EXPERIMENT:STEM runs as its own process (`experiments/run.py ... --device cuda`), training
+# Each EXPERIMENT:STEM runs as its own process (`experiments/run.py ... --device cuda`); A+B
+# runs configs A and B in one process, in the folder's order, for configs that share models
+# through the model cache (papers/C/rotation16:1_snn_t1+2_snn_t2+4_snn_t4: the ANN -> T1 -> T2
+# chain is trained once, not once per process). Each process trains
 # WORKERS models at once on the `processes` executor; all of them share the one GPU, with CUDA
 # MPS started when the machine allows it (kernels of different processes then run at the same
 # time). A run still going after TRAIN_BUDGET_S seconds is stopped (rerunning resumes it from
@@ -44,9 +47,10 @@ else echo "MPS not started: $(cat "$LOGS/mps.err")"; fi
 left=$(( BUDGET - ($(date +%s) - T0) ))
 pids=()
 for spec in "$@"; do
-  experiment=${spec%%:*}; stem=${spec##*:}
-  log=$LOGS/$(echo "$experiment-$stem" | tr / _).log
-  timeout "$left" python3 experiments/run.py "$experiment" --only "$stem" --data-dir "$DATA_DIR" \
+  experiment=${spec%%:*}; stems=${spec##*:}
+  only=(); for stem in ${stems//+/ }; do only+=(--only "$stem"); done
+  log=$LOGS/$(echo "$experiment-$stems" | tr /+ __).log
+  timeout "$left" python3 experiments/run.py "$experiment" "${only[@]}" --data-dir "$DATA_DIR" \
     --device cuda --threads 1 --set executor.name=processes --set executor.workers="$W" \
     > "$log" 2>&1 &
   pids+=($!)
