@@ -267,6 +267,31 @@ def test_rows_below_the_floor_at_every_seed_are_a_failed_run_not_a_disagreement(
         claims.claims_table())
 
 
+GROWN_TO_16 = [  # (16-model config, the 8-model config whose models it reuses), per seed folder
+    *[(f"papers/C/rotation16{seed}/{stem}", f"papers/C/rotation{seed}/{stem}")
+      for seed in ("", "_seed1")
+      for stem in ("0_ann", "1_snn_t1", "2_snn_t2", "4_snn_t4", "5_snn_t4_dropout")],
+    *[(f"papers/B/fast_at_resnet14{seed}/{grown}", f"papers/B/fast_at_resnet14{seed}/{base}")
+      for seed in ("", "_seed1")
+      for grown, base in (("6_fast_at_16", "1_fast_at"),
+                          ("7_fast_at_demem_0.2_16", "2_fast_at_demem_0.2"),
+                          ("8_fast_at_demem_1.0_16", "4_fast_at_demem_1.0"),
+                          ("9_fast_at_matched_16", "5_fast_at_matched"))],
+]
+
+
+@pytest.mark.parametrize(("grown", "base"), GROWN_TO_16)
+def test_a_config_grown_to_16_models_differs_from_its_base_only_in_num_models(grown, base):
+    # The grown config reuses the base's run directory and models only while everything but
+    # num_models is the same (the run identity leaves num_models out); an edit to one copy
+    # alone would silently train a new family under the same claim.
+    def load(name):
+        return yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    grown_config, base_config = load(grown), load(base)
+    assert (grown_config.pop("num_models"), base_config.pop("num_models")) == (16, 8)
+    assert grown_config == base_config
+
+
 def test_every_config_run_line_names_its_own_folder():
     # A config's "# Run:" comment is the command that reproduces it: after a move it must name
     # the folder the config is in (and --only, when given, the config itself).
