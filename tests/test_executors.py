@@ -456,25 +456,33 @@ def test_ray_failure_kills_the_running_jobs(cluster: Any, tmp_path: Path) -> Non
 
 
 def test_an_audit_on_processes_equals_the_local_audit(tmp_path: Path) -> None:
-    """The train stage through a pool of two worker processes: same models, same numbers."""
+    """The train and query stages through a pool of two worker processes: same models, same
+    outputs (a stochastic query too: its seed travels with the job), same numbers."""
     from conftest import tiny_audit
     from miaudit.config import validate_config
     from miaudit.pipeline import audit
 
-    local = audit(validate_config(tiny_audit(tmp_path / "local", share_models=False)),
-                  show_progress=False)
+    queries = ["identity", "dropout:p=0.1,n=2"]
+    local = audit(validate_config(tiny_audit(tmp_path / "local", share_models=False,
+                                             queries=queries)), show_progress=False)
     pooled = audit(validate_config(tiny_audit(
-        tmp_path / "pool", share_models=False,
+        tmp_path / "pool", share_models=False, queries=queries,
         executor={"name": "processes", "workers": 2})), show_progress=False)
     for index in range(4):
         name = f"models/{index:04d}/weights.safetensors"
         assert (local.run_dir / name).read_bytes() == (pooled.run_dir / name).read_bytes()
+        outputs = sorted((local.run_dir / f"models/{index:04d}/outputs").glob("*.safetensors"))
+        assert len(outputs) == 2
+        for output in outputs:
+            twin = pooled.run_dir / output.relative_to(local.run_dir)
+            assert output.read_bytes() == twin.read_bytes()
     for label in ("loss", "lira"):
         assert pooled.attacks[label].pooled == local.attacks[label].pooled
 
 
 def test_an_audit_on_ray_equals_the_local_audit(cluster: Any, tmp_path: Path) -> None:
-    """The train stage through a real two-node cluster: same models, same numbers."""
+    """The train and query stages through a real two-node cluster: same models, same
+    numbers."""
     from conftest import tiny_audit
     from miaudit.config import validate_config
     from miaudit.pipeline import audit
@@ -486,7 +494,29 @@ def test_an_audit_on_ray_equals_the_local_audit(cluster: Any, tmp_path: Path) ->
         executor={"name": "ray", "address": cluster[0].address, "threads_per_model": 1})),
         show_progress=False)
     for index in range(4):
-        name = f"models/{index:04d}/weights.safetensors"
-        assert (local.run_dir / name).read_bytes() == (on_ray.run_dir / name).read_bytes()
+        for name in (f"models/{index:04d}/weights.safetensors",
+                     *(str(path.relative_to(local.run_dir)) for path in
+                       (local.run_dir / f"models/{index:04d}/outputs").glob("*.safetensors"))):
+            assert (local.run_dir / name).read_bytes() == (on_ray.run_dir / name).read_bytes()
     for label in ("loss", "lira"):
         assert on_ray.attacks[label].pooled == local.attacks[label].pooled
+
+
+def test_stored_weights_travel_as_their_content(tmp_path: Path) -> None:
+    """A query job names its weights file; pickled for a worker it carries the state dict
+    itself (workers need not see the run directory), read at that moment, not before."""
+    import pickle
+
+    import torch
+
+    from miaudit.io import write_tensors
+    from miaudit.stages.query import StoredWeights
+
+    path = tmp_path / "weights.safetensors"
+    weights = StoredWeights(path)  # no file yet: nothing is read when the job is made
+    state = {"layer.weight": torch.arange(6.0).reshape(2, 3), "layer.bias": torch.ones(2)}
+    write_tensors(path, state)
+    shipped = pickle.loads(pickle.dumps(weights))
+    assert isinstance(shipped, dict) and shipped.keys() == state.keys()
+    assert all(torch.equal(shipped[name], state[name]) for name in state)
+    assert all(torch.equal(weights.load()[name], state[name]) for name in state)

@@ -103,10 +103,13 @@ def _count_training(monkeypatch, die_at=None):
     return trained
 
 
-def _count_queries(monkeypatch):
+def _count_queries(monkeypatch, die_at=None):
+    """Record which queries run (and simulate a kill at call number ``die_at``)."""
     real, queried = stage_query.query_outputs, []
 
     def counting(model, x, specs, *args, **kwargs):
+        if len(queried) == die_at:
+            raise KeyboardInterrupt("simulated kill")
         queried.append(tuple(specs))
         return real(model, x, specs, *args, **kwargs)
 
@@ -123,6 +126,24 @@ def test_adding_a_query_trains_nothing_and_queries_every_model_once(tmp_path, mo
     assert grown.run_dir == first.run_dir
     assert trained == [] and queried == [("dropout:p=0.1,n=2",)] * 4
     assert grown.summary.queries == ["identity", "dropout:p=0.1,n=2"]
+
+
+def test_a_killed_query_stage_resumes_per_model_and_spec(tmp_path, monkeypatch):
+    """Each (model, spec) output is written as its job finishes: a kill in the query stage
+    loses only the query in flight, and the resumed audit equals one never interrupted."""
+    queries = ["identity", "dropout:p=0.1,n=2"]
+    reference = _quiet(tiny_audit(tmp_path / "clean", share_models=False, queries=queries))
+    config = tiny_audit(tmp_path / "killed", share_models=False, queries=queries)
+    queried = _count_queries(monkeypatch, die_at=5)
+    with pytest.raises(KeyboardInterrupt):
+        _quiet(config)
+    assert len(queried) == 5
+    monkeypatch.undo()
+    trained, queried = _count_training(monkeypatch), _count_queries(monkeypatch)
+    resumed = _quiet(config)
+    assert trained == [] and len(queried) == 3  # 4 models x 2 specs, 5 were written
+    for label in ("loss", "lira"):
+        assert resumed.attacks[label].pooled == reference.attacks[label].pooled
 
 
 def test_raising_num_models_trains_only_the_new_models(tmp_path, monkeypatch):

@@ -127,6 +127,26 @@ def test_surrogate_gradient_finite_and_peaked():
 
 
 @pytest.mark.parametrize("neuron", ["if", "lif"])
+def test_inference_fast_path_gives_bit_identical_logits(neuron):
+    """Without autograd the spike function skips its surrogate term (exactly 0 in value):
+    queries (no_grad) must give the logits the grad-mode forward gives, bit for bit, at
+    inputs that put membranes on and near the threshold."""
+    torch.manual_seed(0)
+    model = build("snn_cnn", shape=(3, 8, 8), T=4, neuron=neuron).eval()
+    x = torch.randn(64, 3, 8, 8) * 3
+    x[:8] = 0.0  # IF membranes start at theta_out - theta_in: the half-threshold case
+    with torch.no_grad():
+        fast = model(x)
+    with torch.enable_grad():
+        full = model(x).detach()
+    assert torch.equal(fast, full)
+    u = torch.tensor([-1.0, 0.0, 1e-30, 1.0])
+    with torch.no_grad():
+        assert heaviside(u, 2.0).tolist() == [0, 1, 1, 1]
+        assert heaviside(u, 2.0, strict=True).tolist() == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("neuron", ["if", "lif"])
 def test_spikes_binary_and_rates_in_unit_interval(neuron):
     torch.manual_seed(0)
     T = 4
