@@ -38,9 +38,11 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
     """Outputs of every (model, query spec) that has no valid record; returns the seconds."""
     started = time.perf_counter()
     todo = missing_outputs(run, planned)
+    if not todo:  # a resumed or rescored audit: no executor to start (Ray takes seconds)
+        return time.perf_counter() - started
     cache = planned.cache
     device = str(train_device(planned.cfg, planned.device))
-    with progress_bar(console, show_progress and bool(todo)) as bar, \
+    with progress_bar(console, show_progress) as bar, \
             make_executor(planned.cfg.executor) as executor:
         task = bar.add_task("querying", total=len(todo))
         pool_ref = executor.put(planned.pool)
