@@ -16,7 +16,8 @@
 # outputs in, then `python experiments/run.py EXPERIMENT --collect` and
 # `python experiments/paired.py --runs <unpacked>/runs/experiments`.
 #
-# Optional, for a machine without the package's dependencies or data (an offline GPU box):
+# Optional, for a machine without the package's dependencies or data (an offline GPU box;
+# `bash experiments/gpu_prepare.sh` makes both):
 #   .whl/*.whl   wheels installed first into /tmp/site (pydantic, pydantic_core, opacus, ...)
 #   .gpudata/cifar.txz  the CIFAR-10 image folder (`tar cJf cifar.txz cifar10-jpeg`), unpacked to
 #                /tmp/data; otherwise DATA_DIR (default ../shared/data) is used.
