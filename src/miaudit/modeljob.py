@@ -130,8 +130,14 @@ def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
 
 def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -> torch.nn.Module:
     """Rebuild the architecture and load the saved weights (strict: every tensor must fit)."""
+    return rebuild(job, pool, run.load_weights(job.index), device)
+
+
+def rebuild(job: ModelJob, pool: Pool, state: dict[str, torch.Tensor],
+            device: torch.device) -> torch.nn.Module:
+    """The trained model from its state dict (strict), on ``device``, in eval mode."""
     model = build_architecture(job.model, job.train, pool)
-    model.load_state_dict(run.load_weights(job.index), strict=True)
+    model.load_state_dict(state, strict=True)
     return model.to(device).eval()
 
 

@@ -31,13 +31,15 @@ from miaudit.executors._base import (
     JobFailedError,
     LocalRef,
     SharedRef,
+    own_errors_raised,
     resolve,
 )
 from miaudit.executors.local import LocalExecutor
 from miaudit.executors.processes import ProcessExecutor
 
 __all__ = ["Executor", "ExecutorConfig", "Job", "JobFailedError", "LocalExecutor", "LocalRef",
-           "ProcessExecutor", "RayExecutor", "SharedRef", "make_executor", "resolve"]
+           "ProcessExecutor", "RayExecutor", "SharedRef", "make_executor", "own_errors_raised",
+           "resolve"]
 
 # The options each executor reads; any other option given away from its default is an error.
 _OPTIONS = {

@@ -11,9 +11,12 @@ workers do not share the driver's file system.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from miaudit.errors import MiauditError
 
 Work = Callable[["Job"], Any]
 OnDone = Callable[["Job", Any, float], None]
@@ -73,6 +76,19 @@ def timed(work: Work, job: Job) -> tuple[Any, float]:
     started = time.perf_counter()
     result = work(job)
     return result, time.perf_counter() - started
+
+
+@contextmanager
+def own_errors_raised() -> Iterator[None]:
+    """Around ``Executor.run``: a job that failed with one of miaudit's own errors (bad data,
+    a config mistake found while training) raises that error, with its one-line message,
+    rather than the executor's wrapper."""
+    try:
+        yield
+    except JobFailedError as error:
+        if isinstance(error.cause, MiauditError):
+            raise error.cause from None
+        raise
 
 
 def resolve(value: Any) -> Any:

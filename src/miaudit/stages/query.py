@@ -20,10 +20,9 @@ import torch
 from rich.console import Console
 
 from miaudit import identity as ids
-from miaudit.errors import MiauditError
-from miaudit.executors import Job, JobFailedError, make_executor, resolve
+from miaudit.executors import Job, make_executor, own_errors_raised, resolve
 from miaudit.io import read_tensors
-from miaudit.modeljob import ModelJob, build_architecture
+from miaudit.modeljob import ModelJob, rebuild
 from miaudit.queries import query_outputs, stored_queries
 from miaudit.rundir import WEIGHTS, ModelCache, RunDir
 from miaudit.stages.plan import Audit, train_device
@@ -61,13 +60,9 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
                 cache.store(job.identity, record, data, run.model_dir(job.index))
             bar.advance(task)
 
-        try:
+        with own_errors_raised():
             executor.run([Job(job.index, payload(job, spec)) for job, spec in todo],
                          run_query_job, on_done)
-        except JobFailedError as error:
-            if isinstance(error.cause, MiauditError):
-                raise error.cause from None
-            raise
     return time.perf_counter() - started
 
 
@@ -91,9 +86,7 @@ def run_query_job(job: Job) -> torch.Tensor:
     model_job, spec, seed, pool_ref, weights, device = job.payload
     pool = resolve(pool_ref)
     state = weights.load() if isinstance(weights, StoredWeights) else weights
-    model = build_architecture(model_job.model, model_job.train, pool)
-    model.load_state_dict(state, strict=True)
-    model = model.to(torch.device(device)).eval()
+    model = rebuild(model_job, pool, state, torch.device(device))
     return query_outputs(model, pool.x, [spec], torch.device(device), seed)[:, 0]
 
 

@@ -15,8 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from miaudit import modeljob
-from miaudit.errors import MiauditError
-from miaudit.executors import Job, JobFailedError, make_executor, resolve
+from miaudit.executors import Job, make_executor, own_errors_raised, resolve
 from miaudit.io import read_json
 from miaudit.modeljob import ModelJob
 from miaudit.parents import obtain_parents
@@ -76,7 +75,7 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
             pool.run([Job(p.index, (p, *shared, device, callback, state))
                       for p, state in parents], run_model_job, on_parent, on_start)
 
-        try:
+        with own_errors_raised():
             parents, trained = obtain_parents(run, cache, todo, train_parents,
                                               say=lambda line: console.print(escape(line)))
             if parents:
@@ -89,10 +88,6 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
                 train_ensembles(jobs, planned, on_start, on_done)
                 jobs = []
             pool.run(jobs, run_model_job, on_done, on_start)
-        except JobFailedError as error:
-            if isinstance(error.cause, MiauditError):
-                raise error.cause from None
-            raise
     seconds = time.perf_counter() - started
     if todo:
         console.print(f"trained {len(todo)} model(s) in {seconds:.1f} s "
