@@ -25,6 +25,7 @@ from miaudit.planning import Plan
 from miaudit.registry import MODELS
 from miaudit.rundir import RunDir
 from miaudit.training import TrainEnv
+from miaudit.training.checkpoint import Checkpointing
 from miaudit.training.ensemble import ensemble_unsupported, fit_ensemble
 
 
@@ -65,10 +66,13 @@ def model_meta(job: ModelJob, recipe: str, train_seconds: float, log: dict[str, 
 
 
 def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
-                progress: Any = None, parent_state: dict[str, torch.Tensor] | None = None
+                progress: Any = None, parent_state: dict[str, torch.Tensor] | None = None,
+                checkpoints: Checkpointing | None = None
                 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Train model ``job.index`` on its members; returns (state dict, JSON-able meta). With
-    ``parent_state`` (the weights of ``job.parent``), a derived recipe continues from them."""
+    ``parent_state`` (the weights of ``job.parent``), a derived recipe continues from them.
+    With ``checkpoints`` (and a resumable recipe) training writes epoch checkpoints and resumes
+    from the model's last one; the meta then says where it resumed (``resumed``)."""
     if job.pretrained is not None:
         return load_pretrained(job, pool)
     recipe = build_recipe(job.train)
@@ -86,17 +90,21 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
         held_out = torch.tensor(plan.split.holdout)
         x_val, y_val = pool.x[held_out], pool.y[held_out]
     started = time.perf_counter()
+    checkpoint = checkpoints.open(job.identity) if checkpoints is not None and \
+        recipe.resumable else None
     env = TrainEnv(device=device, seed=job.seed, progress=progress,
-                   precision=job.train.precision)
+                   precision=job.train.precision, checkpoint=checkpoint)
     try:
         model, log = train(model, pool.x[member], pool.y[member], job.train.params(), env,
                            x_val, y_val)
     except FloatingPointError as error:
         raise MiauditError(f"model {job.index} diverged: {error}; lower train.lr "
                            f"(now {job.train.lr})") from None
-    meta = model_meta(job, job.train.recipe, round(time.perf_counter() - started, 3),
-                      _jsonable(log), **({"parent": job.parent.identity}
-                                         if parent_state is not None else {}))
+    seconds = time.perf_counter() - started if checkpoint is None else checkpoint.seconds()
+    extra = {"parent": job.parent.identity} if parent_state is not None else {}
+    if checkpoint is not None and checkpoint.resumed:
+        extra["resumed"] = checkpoint.resumed
+    meta = model_meta(job, job.train.recipe, round(seconds, 3), _jsonable(log), **extra)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
 
 

@@ -167,6 +167,10 @@ class RunDir:
         """Weights, then the record (identity + digest + meta) that marks the model complete."""
         return save_model_folder(self.model_dir(index), identity, state, meta)
 
+    def checkpoint_dir(self) -> Path:
+        """Epoch checkpoints of models in training (training.checkpoint), by identity."""
+        return self.root / "checkpoints"
+
     # -- parents of derived models (miaudit.parents) ----------------------------------------------
     def parent_dir(self, identity: str) -> Path:
         return self.root / "parents" / identity

@@ -14,6 +14,8 @@ Config section (``executor:`` in an audit config)::
       name: processes                # a pool of worker processes on this machine, no Ray
       workers: 4                     # jobs at once (e.g. four small models on one GPU)
       threads_per_model: 1
+    executor:
+      checkpoint_minutes: 10         # any executor: epoch checkpoints at most this often; 0: off
 
 ``RayExecutor`` lives in :mod:`miaudit.executors.ray`, imported on first use so that Ray stays
 an optional dependency.
@@ -43,10 +45,10 @@ __all__ = ["Executor", "ExecutorConfig", "Job", "JobFailedError", "LocalExecutor
 
 # The options each executor reads; any other option given away from its default is an error.
 _OPTIONS = {
-    "local": (),
+    "local": ("checkpoint_minutes",),
     "ray": ("address", "cpus_per_model", "gpus_per_model", "max_retries", "threads_per_model",
-            "max_in_flight", "runtime_env"),
-    "processes": ("workers", "threads_per_model"),
+            "max_in_flight", "runtime_env", "checkpoint_minutes"),
+    "processes": ("workers", "threads_per_model", "checkpoint_minutes"),
 }
 
 
@@ -64,6 +66,10 @@ class ExecutorConfig(BaseModel):
     max_in_flight: int | None = Field(None, ge=1)
     runtime_env: dict[str, Any] | None = None
     workers: int = Field(2, ge=1)
+    # Epoch checkpoints of each model in training, at most this often (0: none): a killed run
+    # resumes its models mid-training (miaudit.training.checkpoint). On a Ray cluster the run
+    # directory must be on a file system the nodes share for a retried task to find them.
+    checkpoint_minutes: float = Field(10.0, ge=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -123,6 +124,12 @@ class _Adversarial(Recipe):
         # Wrappers (DP-SGD with base=...) may skip prepare: the generator then keeps seed 0.
         self.generator.manual_seed(state.env.seed)
 
+    def resume_state(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
 
 @RECIPES.register("pgd_at")
 class PGDAT(_Adversarial):
@@ -130,6 +137,7 @@ class PGDAT(_Adversarial):
     Options: eps (8/255), step (2/255), steps (10), random_start (True)."""
 
     name = "pgd_at"
+    resumable = True
 
     def __init__(self, penalties: Sequence[Penalty] = (), eps: float = 8 / 255,
                  step: float = 2 / 255, steps: int = 10, random_start: bool = True):
@@ -148,6 +156,7 @@ class TRADES(_Adversarial):
     Options: beta (6), eps (0.031), step (0.007), steps (10)."""
 
     name = "trades"
+    resumable = True
 
     def __init__(self, penalties: Sequence[Penalty] = (), beta: float = 6.0,
                  eps: float = 0.031, step: float = 0.007, steps: int = 10):

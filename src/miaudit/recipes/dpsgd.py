@@ -158,6 +158,10 @@ class DPSGD(Recipe):
     epsilon per epoch. Options: target_epsilon or noise_multiplier, delta, max_grad_norm,
     accountant (prv|rdp|gdp), poisson, base (inner recipe), secure_mode, trust_base."""
 
+    # Not resumable from epoch checkpoints: Opacus's accountant history, its Poisson sampler
+    # and the wrapped model and optimizer are state the checkpoint does not carry.
+    resumable = False
+
     # Opacus 1.6 runs under bfloat16 autocast but then computes the per-sample gradients, their
     # norms and the clipping in bfloat16 (8 mantissa bits): the clip bound that the accountant's
     # epsilon rests on would hold only to about 0.4 %.

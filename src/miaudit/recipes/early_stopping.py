@@ -54,6 +54,7 @@ class EarlyStopping(Recipe):
     "loss" | "acc", min_delta)."""
 
     needs_validation = True
+    resumable = True
 
     def __init__(self, penalties: Sequence[Penalty] = (), patience: int = 5,
                  metric: str = "loss", min_delta: float = 0.0):
@@ -75,6 +76,14 @@ class EarlyStopping(Recipe):
     def prepare(self, state: FitState) -> None:
         require_validation("early_stopping", state)
         self._best, self._best_value, self._best_epoch, self._waited = None, float("inf"), -1, 0
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"best": self._best, "best_value": self._best_value,
+                "best_epoch": self._best_epoch, "waited": self._waited}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self._best, self._best_value = state["best"], float(state["best_value"])
+        self._best_epoch, self._waited = int(state["best_epoch"]), int(state["waited"])
 
     def end_epoch(self, state: FitState, epoch: int) -> None:
         stats = validation_stats(state.model, state.x_val, state.y_val, state.env.device)

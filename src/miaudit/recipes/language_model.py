@@ -32,6 +32,7 @@ class LanguageModel(Recipe):
     """Full fine-tuning of a causal LM: mean next-token cross-entropy per sample."""
 
     language_model = True
+    resumable = True
 
     def sample_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return language_model(model).sample_nll(x)
@@ -41,6 +42,8 @@ class LanguageModel(Recipe):
 class LoRA(LanguageModel):
     """LoRA fine-tuning (Hu et al. 2022) through peft: only rank-r adapters train. Options:
     r, alpha, dropout, target_modules (default: peft's choice for the architecture)."""
+
+    resumable = True  # prepare() puts the adapters in before a checkpoint is restored
 
     def __init__(self, penalties: Sequence[Penalty] = (), r: int = 8, alpha: float = 16.0,
                  dropout: float = 0.0, target_modules: list[str] | None = None):

@@ -21,6 +21,7 @@ conditional output distributions (the paper's "class-matched" batches).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,6 +86,7 @@ class MixupMMD(Recipe):
     alpha, mmd_weight, gap_threshold (fraction, 0.03 = 3 points), sigma."""
 
     needs_validation = True
+    resumable = True
 
     def __init__(self, penalties: Sequence[Penalty] = (), alpha: float = 1.0,
                  mmd_weight: float = 3.0, gap_threshold: float = 0.03, sigma: float = 1.0):
@@ -110,6 +112,13 @@ class MixupMMD(Recipe):
     def prepare(self, state: FitState) -> None:
         require_validation("mixup_mmd", state)
         self._seed(state.env.seed)
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"numpy": self._rng.bit_generator.state, "torch": self._generator.get_state()}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state["numpy"]
+        self._generator.set_state(state["torch"])
 
     def draw_lambda(self) -> float:
         """lam ~ Beta(alpha, alpha); alpha = 0 disables mixing (lam = 1), as the reference."""

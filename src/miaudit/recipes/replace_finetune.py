@@ -92,6 +92,8 @@ class ReplaceFinetune(Recipe):
     oganesyan), ``deterministic_eval``, ``spectral_norm``, ``ode_norm`` (default: the model's
     norm; none with spectral_norm)."""
 
+    resumable = True
+
     def __init__(self, penalties: Any = (), pretrain_epochs: int | None = None,
                  finetune_epochs: int | None = None, finetune_lr: float | None = None,
                  pretrained: str | None = None, k: float | None = None,

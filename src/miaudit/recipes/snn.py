@@ -93,6 +93,8 @@ class AnnToSnn(Recipe):
     "percentile" (robust max-norm thresholds at ``percentile``, Rueckauer et al. 2017).
     """
 
+    resumable = True
+
     def __init__(self, penalties: Sequence[Penalty] = (), ann_epochs: int | None = None,
                  calib_epochs: int = 50, latency_epochs: int = 30, calib_lr: float = 5e-3,
                  calib_momentum: float = 0.9, calib_schedule: str = "cosine",
@@ -227,6 +229,8 @@ class AnnToSnn(Recipe):
 class DirectSnn(Recipe):
     """Direct surrogate-gradient training of a spiking model at its T (Mukhoty et al. 2023:
     LIF neurons); the standard loop, checked to receive a spiking model."""
+
+    resumable = True
 
     def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
               env: TrainEnv, x_val: torch.Tensor | None = None,

@@ -9,3 +9,5 @@ from miaudit.training.engine import Recipe
 @RECIPES.register("standard")
 class Standard(Recipe):
     """Cross-entropy training (empirical risk minimization) plus optional penalties."""
+
+    resumable = True

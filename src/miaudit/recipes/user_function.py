@@ -48,6 +48,7 @@ class UserFunction(Recipe):
     Called as ``train(model, dataset, *, seed, device, **options) -> model``."""
 
     fp32_only = "your training function runs its own loop: set mixed precision there"
+    resumable = False  # your function runs its own loop (and its own checkpoints, if any)
 
     def __init__(self, penalties: Sequence[Any] = (), function: str | None = None,
                  options: dict[str, Any] | None = None,

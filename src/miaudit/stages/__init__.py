@@ -80,12 +80,14 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
 def _removed_if_failed(run: RunDir, made_output_dir: bool) -> Iterator[None]:
     """A run that fails before its first model is saved (a diverging first model, an error
     found while training) leaves no empty run directory behind, nor the output directory it
-    created. Runs under the lock; a run directory that existed before is never touched."""
+    created; one holding a training checkpoint is kept (it resumes). Runs under the lock; a
+    run directory that existed before is never touched."""
     fresh = not (run.root / "manifest.json").exists()
     try:
         yield
     except BaseException:
-        if fresh and not (run.root / "models").exists():
+        progress = any(run.checkpoint_dir().glob("*"))
+        if fresh and not (run.root / "models").exists() and not progress:
             run.remove()
             if made_output_dir:
                 try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -22,6 +22,19 @@ from miaudit.parents import obtain_parents
 from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir
 from miaudit.stages.plan import Audit, train_device
 from miaudit.stages.progress import progress_bar
+from miaudit.training.checkpoint import Checkpointing
+
+
+class TrainPayload(NamedTuple):
+    """What one train job ships to its worker (picklable, for process pools and Ray)."""
+
+    job: ModelJob
+    pool: Any  # a reference to the data pool (executors.resolve)
+    plan: Any  # a reference to the plan
+    device: str
+    on_epoch: Any  # progress callback (local executor only) or None
+    parent_state: dict[str, torch.Tensor] | None  # the parent's weights, derived models
+    checkpoints: Checkpointing | None
 
 
 @dataclass(frozen=True)
@@ -61,7 +74,8 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
         def on_start(job: Job) -> None:
             tasks[job.index] = bar.add_task(f"model {job.index}", total=None)
 
-        on_done = model_saver(run, cache, bar, tasks, overall)
+        checkpoints = checkpointing(run, planned)
+        on_done = model_saver(run, cache, bar, tasks, overall, checkpoints)
 
         shared = (pool.put(planned.pool), pool.put(planned.plan))
         device = str(train_device(planned.cfg, planned.device))
@@ -69,10 +83,13 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
 
         def train_parents(parents: list[tuple[ModelJob, Any]], save: Any) -> None:
             def on_parent(job: Job, result: Any, seconds: float) -> None:
-                save(job.payload[0], *result)
+                save(job.payload.job, *result)
+                if checkpoints is not None:
+                    checkpoints.discard(job.payload.job.identity)
                 bar.remove_task(tasks.pop(job.index))
 
-            pool.run([Job(p.index, (p, *shared, device, callback, state))
+            pool.run([Job(p.index, TrainPayload(p, *shared, device, callback, state,
+                                                checkpoints))
                       for p, state in parents], run_model_job, on_parent, on_start)
 
         with own_errors_raised():
@@ -81,8 +98,9 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
             if parents:
                 console.print(f"derived models start from {len(parents)} parent model(s); "
                               f"{trained} model(s) trained for them now (at any depth)")
-            jobs = [Job(job.index, (job, *shared, device, callback,
-                                    parents.get(job.parent.identity) if job.parent else None))
+            jobs = [Job(job.index, TrainPayload(
+                        job, *shared, device, callback,
+                        parents.get(job.parent.identity) if job.parent else None, checkpoints))
                     for job in todo]
             if local and planned.cfg.train.ensemble > 1:
                 train_ensembles(jobs, planned, on_start, on_done)
@@ -95,17 +113,25 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
     return seconds
 
 
-def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any],
-                overall: Any) -> Any:
+def checkpointing(run: RunDir, planned: Audit) -> Checkpointing | None:
+    """Where the jobs write epoch checkpoints (``executor.checkpoint_minutes``; 0: none)."""
+    minutes = planned.cfg.executor.checkpoint_minutes
+    return None if minutes == 0 else Checkpointing(str(run.checkpoint_dir()), minutes * 60)
+
+
+def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any], overall: Any,
+                checkpoints: Checkpointing | None = None) -> Any:
     """The executor's on-done callback: write each finished model (and store it in the model
-    cache) as it arrives, and advance the progress bar."""
+    cache) as it arrives, drop its checkpoint, and advance the progress bar."""
     def on_done(job: Job, result: Any, seconds: float) -> None:
         state, meta = result
-        model_job = job.payload[0]
+        model_job = job.payload.job
         run.save_model(model_job.index, model_job.identity, state, meta)
         if cache is not None:
             cache.store(model_job.identity, MODEL_RECORD, WEIGHTS,
                         run.model_dir(model_job.index))
+        if checkpoints is not None:
+            checkpoints.discard(model_job.identity)
         bar.remove_task(tasks.pop(job.index))
         bar.advance(overall)
 
@@ -136,22 +162,22 @@ def train_ensembles(jobs: list[Job], planned: Audit, on_start: Any, on_done: Any
     by_index = {job.index: job for job in jobs}
     for job in jobs:
         on_start(job)
-    modeljob.train_ensemble([job.payload[0] for job in jobs], planned.pool, planned.plan,
+    modeljob.train_ensemble([job.payload.job for job in jobs], planned.pool, planned.plan,
                    train_device(planned.cfg, planned.device), size=planned.cfg.train.ensemble,
                    on_done=lambda model_job, state, meta: on_done(
                        by_index[model_job.index], (state, meta), 0.0),
-                   parent_states={job.payload[0].parent.identity: job.payload[-1]
-                                  for job in jobs if job.payload[0].parent is not None})
+                   parent_states={job.payload.job.parent.identity: job.payload.parent_state
+                                  for job in jobs if job.payload.job.parent is not None})
 
 
 def run_model_job(job: Job) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """One train job (module level, so Ray workers can import it): the model's state dict
     and meta, returned to the driver, which writes them."""
-    model_job, pool_ref, plan_ref, device, on_epoch, parent_state = job.payload
+    model_job, pool_ref, plan_ref, device, on_epoch, parent_state, checkpoints = job.payload
     progress = None if on_epoch is None else (
         lambda epoch, total, stats: on_epoch(model_job.index, epoch, total, stats))
     return modeljob.train_model(model_job, resolve(pool_ref), resolve(plan_ref),
-                                torch.device(device), progress, parent_state)
+                                torch.device(device), progress, parent_state, checkpoints)
 
 
 def fetch_model(cache: ModelCache, run: RunDir, job: ModelJob) -> bool:

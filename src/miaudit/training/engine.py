@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from miaudit.training.augment import augment
+from miaudit.training.checkpoint import Checkpoint, cpu_copy, random_state, set_random_state
 from miaudit.training.precision import (
     autocast_context,
     default_layout,
@@ -58,6 +60,8 @@ class TrainEnv:
     #: "fp32" or "bf16" (bfloat16 autocast + channels_last, float32 master weights; see
     #: training.precision)
     precision: str = "fp32"
+    #: epoch checkpoints of this model's training (resumed when one exists), or None
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,14 @@ class Recipe:
     #: a digest of user code the recipe runs (a user training function), part of the identity
     #: of the models it trains; None for miaudit's own recipes (the version covers those)
     fingerprint: str | None = None
+    #: whether training resumes from epoch checkpoints (training.checkpoint): every state the
+    #: recipe carries between epochs is in :meth:`resume_state`. Each class opts in for itself
+    #: (a subclass may add state its parent does not save): see ``__init_subclass__``.
+    resumable: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.resumable = bool(cls.__dict__.get("resumable", False))
 
     def __init__(self, penalties: Sequence[Penalty] = ()):
         self.penalties = list(penalties)
@@ -179,6 +191,14 @@ class Recipe:
 
     def end_epoch(self, state: FitState, epoch: int) -> None:
         """Called after each epoch; may record values or set ``state.stop``."""
+
+    def resume_state(self) -> dict[str, Any]:
+        """The recipe's own state between epochs (its random generators, a best-epoch copy),
+        saved in epoch checkpoints; tensors, numbers, strings, lists and dicts only."""
+        return {}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Set what :meth:`resume_state` returned (after :meth:`prepare` ran)."""
 
 
 def make_optimizer(model: nn.Module, params: TrainParams) -> torch.optim.Optimizer:
@@ -247,7 +267,16 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
         state.optimizer,
         lambda step: lr_factor(step, total_steps, params, state.steps_per_epoch),
     )
-    for epoch in range(params.epochs):
+    checkpoint = env.checkpoint
+    call = checkpoint.next_call() if checkpoint is not None else -1
+    first_epoch = 0
+    if checkpoint is not None:
+        if (end := checkpoint.completed_fit(call)) is not None:  # done before: replay its end
+            restore_end(state, recipe, end)
+            return finish(state, channels_last)
+        if (saved := checkpoint.partial_fit(call)) is not None:
+            first_epoch = restore_epoch(state, schedule, recipe, saved)
+    for epoch in range(first_epoch, params.epochs):
         started = time.perf_counter()
         state.model.train()
         # The loss sum stays a tensor and is read (and checked) once per epoch: a per-step
@@ -277,9 +306,51 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             env.progress(epoch + 1, params.epochs, {"loss": state.log["loss"][-1]})
         if state.stop:
             break
+        if checkpoint is not None:
+            checkpoint.epoch_done(call, partial(epoch_snapshot, state, schedule, recipe, epoch))
+    if checkpoint is not None:
+        checkpoint.fit_done(call, end_snapshot(state, recipe))
+    return finish(state, channels_last)
+
+
+def finish(state: FitState, channels_last: bool) -> tuple[nn.Module, dict[str, list[Any]]]:
+    """The trained model in the default layout and eval mode, and the log."""
     state.model = default_layout(state.model, channels_last)
     state.model.eval()
     return state.model, state.log
+
+
+def end_snapshot(state: FitState, recipe: Recipe) -> dict[str, Any]:
+    """What a completed fit leaves behind for the code after it: weights, torch's random
+    state, the recipe's state and the log."""
+    return {"model": cpu_copy(state.model.state_dict()),
+            "random": random_state(state.env.device),
+            "recipe": cpu_copy(recipe.resume_state()), "log": cpu_copy(state.log)}
+
+
+def epoch_snapshot(state: FitState, schedule: Any, recipe: Recipe,
+                   epoch: int) -> dict[str, Any]:
+    """Everything the epoch after ``epoch`` reads (see training.checkpoint)."""
+    return {**end_snapshot(state, recipe), "epoch": epoch,
+            "optimizer": cpu_copy(state.optimizer.state_dict()),
+            "schedule": schedule.state_dict(), "generator": state.generator.get_state()}
+
+
+def restore_end(state: FitState, recipe: Recipe, saved: dict[str, Any]) -> None:
+    state.model.load_state_dict(saved["model"])
+    set_random_state(saved["random"], state.env.device)
+    recipe.restore_state(saved["recipe"])
+    state.log = saved["log"]
+
+
+def restore_epoch(state: FitState, schedule: Any, recipe: Recipe,
+                  saved: dict[str, Any]) -> int:
+    """Set the state :func:`epoch_snapshot` saved; returns the epoch to continue from."""
+    restore_end(state, recipe, saved)
+    state.optimizer.load_state_dict(saved["optimizer"])
+    schedule.load_state_dict(saved["schedule"])
+    state.generator.set_state(saved["generator"])
+    return int(saved["epoch"]) + 1
 
 
 @torch.no_grad()
