@@ -274,8 +274,10 @@ def test_an_audit_killed_mid_training_resumes_where_it_was(tmp_path):
     assert died.returncode == 9
     assert len(list(killed.glob("*/checkpoints/*.pt"))) == 1
     assert not any(killed.glob("*/models/*/" + MODEL_RECORD))
-    for output_dir in (killed, whole):
-        subprocess.run([sys.executable, "-c", script, str(output_dir), "0"], check=True)
+    reruns = [subprocess.run([sys.executable, "-c", script, str(output_dir), "0"], check=True,
+                             capture_output=True, text=True) for output_dir in (killed, whole)]
+    said = reruns[0].stdout + reruns[0].stderr
+    assert "1 model(s) resume from training checkpoints: 0" in said, said
     (resumed_run,), (whole_run,) = killed.glob("*/models"), whole.glob("*/models")
     assert read_json(resumed_run / "0000" / MODEL_RECORD)["resumed"] == [
         {"fit": 0, "after_epoch": 2}]

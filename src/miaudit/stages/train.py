@@ -153,6 +153,12 @@ def pending_jobs(run: RunDir, planned: Audit, console: Console) -> list[ModelJob
     if done and todo:
         console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
                       "[/dim]")
+    checkpoints = checkpointing(run, planned)
+    mid_way = [job.index for job in todo if checkpoints is not None
+               and checkpoints.path(job.identity).is_file()]
+    if mid_way:
+        console.print(f"[dim]{len(mid_way)} model(s) resume from training checkpoints: "
+                      f"{', '.join(map(str, mid_way))}[/dim]")
     return todo
 
 
