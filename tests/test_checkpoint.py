@@ -288,3 +288,32 @@ def test_an_audit_killed_mid_training_resumes_where_it_was(tmp_path):
         for key, value in whole_weights.items():
             assert torch.equal(value, resumed_weights[key]), (index, key)
     assert not any(killed.glob("*/checkpoints/*"))
+
+
+def test_a_first_run_stopped_after_a_checkpoint_keeps_its_run_directory(tmp_path,
+                                                                        monkeypatch):
+    """Ctrl-C before the first model is saved: the run directory (otherwise removed as empty)
+    is kept for its checkpoint, and the rerun resumes from it."""
+    from miaudit.io import read_json
+    from miaudit.rundir import MODEL_RECORD
+
+    config = {**BASE, "model": SMALL, "share_models": False, "output_dir": str(tmp_path),
+              "train": {"epochs": 4, "batch_size": 32},
+              "executor": {"checkpoint_minutes": 1e-9}}
+    write = Checkpoint.write
+
+    def write_then_stop(self):
+        write(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoint, "write", write_then_stop)
+    with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        audit(config, show_progress=False)
+    assert len(list(tmp_path.glob("*/checkpoints/*.pt"))) == 1
+    monkeypatch.setattr(Checkpoint, "write", write)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        audit(config, show_progress=False)
+    (record,) = tmp_path.glob("*/models/0000/" + MODEL_RECORD)
+    assert read_json(record)["resumed"] == [{"fit": 0, "after_epoch": 0}]
