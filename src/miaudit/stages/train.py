@@ -58,7 +58,8 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
     """Train the models that have no valid record yet (on the configured executor); returns
     the seconds spent. Each finished model is written by this (driver) process as it
     arrives, so an interrupted stage resumes from the models already written."""
-    todo = pending_jobs(run, planned, console)
+    checkpoints = checkpointing(run, planned)
+    todo = pending_jobs(run, planned, console, checkpoints)
     cache = planned.cache
     done = len(planned.jobs) - len(todo)
     started = time.perf_counter()
@@ -74,7 +75,6 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
         def on_start(job: Job) -> None:
             tasks[job.index] = bar.add_task(f"model {job.index}", total=None)
 
-        checkpoints = checkpointing(run, planned)
         on_done = model_saver(run, cache, bar, tasks, overall, checkpoints)
 
         shared = (pool.put(planned.pool), pool.put(planned.plan))
@@ -138,9 +138,10 @@ def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any], overal
     return on_done
 
 
-def pending_jobs(run: RunDir, planned: Audit, console: Console) -> list[ModelJob]:
+def pending_jobs(run: RunDir, planned: Audit, console: Console,
+                 checkpoints: Checkpointing | None = None) -> list[ModelJob]:
     """The jobs with no valid model record, after fetching identical models from the model
-    cache; says what was reused and what resumes."""
+    cache; says what was reused and what resumes (also from training ``checkpoints``)."""
     todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
     cache = planned.cache
     if cache is not None:
@@ -153,7 +154,6 @@ def pending_jobs(run: RunDir, planned: Audit, console: Console) -> list[ModelJob
     if done and todo:
         console.print(f"[dim]resuming: {done} of {len(planned.jobs)} models already trained"
                       "[/dim]")
-    checkpoints = checkpointing(run, planned)
     mid_way = [job.index for job in todo if checkpoints is not None
                and checkpoints.path(job.identity).is_file()]
     if mid_way:
