@@ -139,7 +139,7 @@ def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any], overal
 
 
 def pending_jobs(run: RunDir, planned: Audit, console: Console,
-                 checkpoints: Checkpointing | None = None) -> list[ModelJob]:
+                 checkpoints: Checkpointing | None) -> list[ModelJob]:
     """The jobs with no valid model record, after fetching identical models from the model
     cache; says what was reused and what resumes (also from training ``checkpoints``)."""
     todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
