@@ -3,8 +3,10 @@ undeclared, the file on disk does not depend on the models, and the module impor
 formed cycles do not."""
 
 import ast
+import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -75,6 +77,37 @@ def test_a_run_directory_holds_a_committed_result_only_while_rescoring_reproduce
     (tmp_path / "results.json").write_text("{")  # damaged: holds nothing
     assert not holds_result(tmp_path, committed)
     assert not holds_result(tmp_path / "absent", committed)
+
+
+def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path, monkeypatch):
+    # experiments/run.py resumed after its last config finished remakes every config's
+    # result: the committed record (timing of the run that trained and queried) must stay,
+    # and only a result that changed replaces it.
+    spec = importlib.util.spec_from_file_location("run", ROOT / "experiments" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    committed = _record(next(p for p in COMMITTED if _record(p).get("layout") == LAYOUT))
+    folder = tmp_path / "exp"
+    (folder / "outputs").mkdir(parents=True)
+    (folder / "a.yaml").write_text("name: a\n")
+    write_results(folder / "outputs" / "a.results.json", committed)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setattr(run, "HERE", tmp_path)
+    monkeypatch.setattr(run, "markdown", lambda rows: "")
+    monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: None)
+    monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: SimpleNamespace(
+        run_dir=run_dir, summary=Summary.model_validate(committed)))
+
+    resumed = {**committed, "timing": {**committed["timing"], "train_seconds_this_run": 0.01}}
+    write_results(run_dir / "results.json", resumed)
+    run.run_experiment("exp", None, "cpu")
+    assert _record(folder / "outputs" / "a.results.json") == committed
+
+    changed = {**resumed, "num_models": committed["num_models"] + 8}
+    write_results(run_dir / "results.json", changed)
+    run.run_experiment("exp", None, "cpu")
+    assert _record(folder / "outputs" / "a.results.json") == changed
 
 
 def test_unknown_keys_and_incomplete_layout_2_records_are_refused():
