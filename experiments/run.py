@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,13 @@ from rich.console import Console
 
 import miaudit
 from miaudit.cli import parse_set_items
-from miaudit.errors import MiauditError
+from miaudit.errors import MiauditError, RunDirError
 from miaudit.io import DIGEST_KEY
 from miaudit.report import model_line, privacy_line
-from miaudit.reporting import compare_markdown
-from miaudit.results import Summary, holds_result
+from miaudit.reporting.compare import Comparison, comparison, write_compare_html
+from miaudit.reporting.compare import markdown as comparison_markdown
+from miaudit.reporting.run_view import RunView
+from miaudit.results import Summary, holds_result, read_results
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -79,13 +82,18 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
             if (results.run_dir / artefact).exists():
                 shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
         rows.append((stem, results.run_dir, results.summary))
-    (outputs / "summary.md").write_text(markdown(rows))
+    table = comparison(views(rows))
+    (outputs / "summary.md").write_text(markdown(table, rows))
     if len(rows) > 1:  # the papers' kind of table across the configs, as a page
-        from miaudit.reporting.compare import comparison, load_views, write_compare_html
-
-        write_compare_html(comparison(load_views([source for _, source, _ in rows])),
-                           outputs / "compare.html")
+        write_compare_html(table, outputs / "compare.html")
     return outputs
+
+
+def views(rows: list[tuple[str, Path, Summary]]) -> list[RunView]:
+    """A view per row: its run directory (read and verified there) or its committed record
+    (verified by :func:`committed_row`)."""
+    return [RunView(source) if source.is_dir() else RunView(source.parent, summary)
+            for _, source, summary in rows]
 
 
 def reproduces_committed(outputs: Path, stem: str, run_dir: Path) -> bool:
@@ -102,23 +110,26 @@ def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
     path = outputs / f"{stem}.results.json"
     if not path.exists():
         return None
-    record = json.loads(path.read_text())
-    record.pop(DIGEST_KEY, None)
+    if DIGEST_KEY not in json.loads(path.read_text()):
+        # Written by an older miaudit whose intervals the summary's caption no longer
+        # describes: rewriting its summary would mislabel them.
+        raise RunDirError(f"{path} predates sealed records (no digest), so its summary stays "
+                          "as committed; rerun its config to remake both")
+    record = read_results(path)
     summary = Summary.model_validate(record)
     run_dir = Path(summary.run_dir)
     return stem, (run_dir if holds_result(run_dir, record) else path), summary
 
 
-def markdown(rows: list[tuple[str, Path, Summary]]) -> str:
+def markdown(table: Comparison, rows: list[tuple[str, Path, Summary]]) -> str:
     """The comparison table of the experiment's runs (every attack they share; TPR@0.1% with
     its 95% CI), then a line per config: accuracy, size, time, robust accuracy, DP guarantee."""
-    table = compare_markdown([source for _, source, _ in rows])
     notes = [f"- {stem}: {model_line(summary)}; {len(summary.targets)} target(s), "
              f"{summary.num_models} models, pool {summary.pool_size}, "
              f"{summary.target_models.train_seconds_mean:.1f} s/model, this run "
              f"{_seconds_this_run(summary)} s{_on_device(summary)}" + extra_note(summary)
              for stem, _, summary in rows]
-    return table + "\n" + "\n".join(notes) + "\n"
+    return comparison_markdown(table) + "\n" + "\n".join(notes) + "\n"
 
 
 def _seconds_this_run(summary: Summary) -> float | str:
@@ -167,9 +178,13 @@ def main() -> None:
         return
     for given in args.names:
         name = resolve(given, available)
-        print(json.dumps({"experiment": name, "outputs": str(run_experiment(
-            name, args.data_dir, args.device, args.threads, parse_sets(args.sets),
-            args.only, args.collect))}))
+        try:
+            outputs = run_experiment(name, args.data_dir, args.device, args.threads,
+                                     parse_sets(args.sets), args.only, args.collect)
+        except MiauditError as error:  # bad input or a damaged record: one line, exit 2
+            print(f"{name}: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(json.dumps({"experiment": name, "outputs": str(outputs)}))
 
 
 def experiments() -> list[str]:

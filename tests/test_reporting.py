@@ -239,6 +239,21 @@ def test_compare_notes_runs_that_differ_in_reference_models(dp_run, tmp_path):
     assert comparison([views[0], views[0]], ["loss", "lira"]).notes == []
 
 
+def test_default_compare_names_the_attacks_only_some_runs_have(dp_run, tmp_path):
+    # The default table keeps the common attacks; an attack one run alone has (paper C's
+    # "+input_dropout" attacks) is named in a note, not dropped silently.
+    record = read_results(dp_run.run_dir / "results.json")
+    record["attacks"]["lira+input_dropout"] = record["attacks"]["lira"]
+    write_results(tmp_path / "dropout.json", record)
+    views = [RunView(dp_run.run_dir), RunView(tmp_path / "dropout.json")]
+    table = comparison(views)
+    assert table.attacks == ATTACKS
+    assert table.notes == ["not in every run, so not in this table: lira+input_dropout (run 2); "
+                           "each run's own report and results.json have them"]
+    assert comparison(views, ["lira"]).notes == []  # a chosen subset is the user's choice
+    assert comparison([views[1], views[1]]).notes == []
+
+
 def test_rich_table_prints_user_text_verbatim():
     table = Comparison(header=["run", "[b]x"], rows=[["1. norm=[bold]", "0.1 [0.0, 0.2]"]],
                        views=[], labels=[], attacks=[], notes=[])

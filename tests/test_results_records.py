@@ -94,7 +94,7 @@ def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path,
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     monkeypatch.setattr(run, "HERE", tmp_path)
-    monkeypatch.setattr(run, "markdown", lambda rows: "")
+    monkeypatch.setattr(run, "markdown", lambda table, rows: "")
     monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: None)
     monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: SimpleNamespace(
         run_dir=run_dir, summary=Summary.model_validate(committed)))
@@ -108,6 +108,28 @@ def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path,
     write_results(run_dir / "results.json", changed)
     run.run_experiment("exp", None, "cpu")
     assert _record(folder / "outputs" / "a.results.json") == changed
+
+
+def test_collect_refuses_in_one_line_a_record_committed_before_records_were_sealed(
+        tmp_path, monkeypatch, capsys):
+    # Its intervals predate the summary caption's, so rewriting its summary would mislabel
+    # them: experiments/run.py --collect names the file, exits 2 and leaves the summary alone.
+    spec = importlib.util.spec_from_file_location("run", ROOT / "experiments" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    outputs = tmp_path / "exp" / "outputs"
+    outputs.mkdir(parents=True)
+    (tmp_path / "exp" / "a.yaml").write_text("name: a\n")
+    (outputs / "a.results.json").write_text(json.dumps(_record(COMMITTED[0])))  # no digest
+    (outputs / "summary.md").write_text("as committed\n")
+    monkeypatch.setattr(run, "HERE", tmp_path)
+    monkeypatch.setattr("sys.argv", ["run.py", "exp", "--collect"])
+    with pytest.raises(SystemExit) as exit_info:
+        run.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "a.results.json predates sealed records" in err
+    assert (outputs / "summary.md").read_text() == "as committed\n"
 
 
 def test_unknown_keys_and_incomplete_layout_2_records_are_refused():

@@ -145,7 +145,24 @@ def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -
             rows.append(model + [c for group in cells for c in group])
         else:
             rows.extend(model + [a, *group] for a, group in zip(chosen, cells))
-    return Comparison(header, rows, list(views), labels, chosen, reference_notes(views, chosen))
+    notes = reference_notes(views, chosen) + ([] if attacks else left_out_notes(views, chosen))
+    return Comparison(header, rows, list(views), labels, chosen, notes)
+
+
+def left_out_notes(views: Sequence[RunView], chosen: Sequence[str]) -> list[str]:
+    """A note naming the attacks that only some runs have (the default comparison keeps the
+    common ones), so that a reader of the table knows those results exist and where."""
+    runs_of: dict[str, list[int]] = {}
+    for number, view in enumerate(views, start=1):
+        for attack in view.attacks:
+            if attack not in chosen:
+                runs_of.setdefault(attack, []).append(number)
+    if not runs_of:
+        return []
+    listed = "; ".join(f"{attack} (run{'s' if len(numbers) > 1 else ''} "
+                       f"{', '.join(map(str, numbers))})" for attack, numbers in runs_of.items())
+    return [f"not in every run, so not in this table: {listed}; each run's own report and "
+            "results.json have them"]
 
 
 def reference_notes(views: Sequence[RunView], attacks: Sequence[str]) -> list[str]:
