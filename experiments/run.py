@@ -114,7 +114,8 @@ def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
         # Written by an older miaudit whose intervals the summary's caption no longer
         # describes: rewriting its summary would mislabel them.
         raise RunDirError(f"{path} predates sealed records (no digest), so its summary stays "
-                          "as committed; rerun the whole experiment (no --only, no --collect) to remake both")
+                          "as committed; rerun the whole experiment (no --only, no --collect) "
+                          "to remake both")
     record = read_results(path)
     summary = Summary.model_validate(record)
     run_dir = Path(summary.run_dir)
