@@ -79,13 +79,19 @@ def test_a_run_directory_holds_a_committed_result_only_while_rescoring_reproduce
     assert not holds_result(tmp_path / "absent", committed)
 
 
+def _run_script():
+    """experiments/run.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("run", ROOT / "experiments" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    return run
+
+
 def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path, monkeypatch):
     # experiments/run.py resumed after its last config finished remakes every config's
     # result: the committed record (timing of the run that trained and queried) must stay,
     # and only a result that changed replaces it.
-    spec = importlib.util.spec_from_file_location("run", ROOT / "experiments" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = _run_script()
     committed = _record(next(p for p in COMMITTED if _record(p).get("layout") == LAYOUT))
     folder = tmp_path / "exp"
     (folder / "outputs").mkdir(parents=True)
@@ -114,9 +120,7 @@ def test_collect_refuses_in_one_line_a_record_committed_before_records_were_seal
         tmp_path, monkeypatch, capsys):
     # Its intervals predate the summary caption's, so rewriting its summary would mislabel
     # them: experiments/run.py --collect names the file, exits 2 and leaves the summary alone.
-    spec = importlib.util.spec_from_file_location("run", ROOT / "experiments" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = _run_script()
     outputs = tmp_path / "exp" / "outputs"
     outputs.mkdir(parents=True)
     (tmp_path / "exp" / "a.yaml").write_text("name: a\n")
