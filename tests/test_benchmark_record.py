@@ -1,15 +1,12 @@
 """benchmarks/record.py: a benchmark's printed numbers, unchanged, also as result files."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("record", ROOT / "benchmarks" / "record.py")
-record = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(record)
+from conftest import load_script
+
+record = load_script("benchmarks/record.py")
 
 PRINTED = ("3 models, 2 threads\n\n| model | img/s | img/s |\n| --- | ---: | ---: |\n"
            "| resnet14 | 950 | 570 |\n| odenet | 410 | 300 |\ndone\n")

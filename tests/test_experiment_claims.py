@@ -1,8 +1,6 @@
 """experiments/claims.py: the intervals and verdicts behind the experiments' claims table."""
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +8,10 @@ import pytest
 import yaml
 from sklearn.metrics import roc_auc_score
 
+from conftest import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = importlib.util.spec_from_file_location("claims", ROOT / "experiments" / "claims.py")
-claims = importlib.util.module_from_spec(SPEC)
-sys.modules["claims"] = claims  # dataclasses look their module up
-SPEC.loader.exec_module(claims)
+claims = load_script("experiments/claims.py")
 
 
 def test_hanley_mcneil_at_chance_is_the_mann_whitney_null_variance():
@@ -387,10 +384,7 @@ def test_scaling_targets_and_samples_by_four_halves_the_interval_or_better():
 
 
 def test_the_lambda_sweep_reads_each_finished_lambda_with_its_intervals(monkeypatch):
-    spec = importlib.util.spec_from_file_location("lambda_sweep",
-                                                  ROOT / "experiments" / "lambda_sweep.py")
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = load_script("experiments/lambda_sweep.py")
     summary = {"target_models": {"test_accuracy": 0.6, "test_accuracy_ci": [0.59, 0.61],
                                  "test_robust_acc_per_target": [0.3, 0.32, 0.34]},
                "targets": [0, 1, 2], "attacks": {sweep.ATTACK: {"pooled": {
@@ -438,9 +432,7 @@ def test_similar_accuracies_pair_over_targets_only_with_the_same_memberships(
 
 
 def test_paired_py_skips_only_entries_computed_from_the_committed_results(monkeypatch):
-    spec = importlib.util.spec_from_file_location("paired", ROOT / "experiments" / "paired.py")
-    paired = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paired)
+    paired = load_script("experiments/paired.py")
     summaries = {"high": {"sha256": "h1"}, "low": {"sha256": "l1"}}
     monkeypatch.setattr(claims, "load", lambda experiment, stem: summaries.get(stem))
     high, low = claims.Row("h", "e", "high"), claims.Row("l", "e", "low")

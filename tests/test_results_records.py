@@ -3,7 +3,6 @@ undeclared, the file on disk does not depend on the models, and the module impor
 formed cycles do not."""
 
 import ast
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
+from conftest import load_script
 from miaudit import metrics
 from miaudit.io import DIGEST_KEY, read_digested_json, text_digest
 from miaudit.results import LAYOUT, AttackRecord, Summary, holds_result, read_results, write_results
@@ -79,19 +79,11 @@ def test_a_run_directory_holds_a_committed_result_only_while_rescoring_reproduce
     assert not holds_result(tmp_path / "absent", committed)
 
 
-def _run_script():
-    """experiments/run.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("run", ROOT / "experiments" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
-    return run
-
-
 def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path, monkeypatch):
     # experiments/run.py resumed after its last config finished remakes every config's
     # result: the committed record (timing of the run that trained and queried) must stay,
     # and only a result that changed replaces it.
-    run = _run_script()
+    run = load_script("experiments/run.py")
     committed = _record(next(p for p in COMMITTED if _record(p).get("layout") == LAYOUT))
     folder = tmp_path / "exp"
     (folder / "outputs").mkdir(parents=True)
@@ -120,7 +112,7 @@ def test_collect_refuses_in_one_line_a_record_committed_before_records_were_seal
         tmp_path, monkeypatch, capsys):
     # Its intervals predate the summary caption's, so rewriting its summary would mislabel
     # them: experiments/run.py --collect names the file, exits 2 and leaves the summary alone.
-    run = _run_script()
+    run = load_script("experiments/run.py")
     outputs = tmp_path / "exp" / "outputs"
     outputs.mkdir(parents=True)
     (tmp_path / "exp" / "a.yaml").write_text("name: a\n")
