@@ -73,8 +73,19 @@ def run_record(name: str, argv: list[str], output: str) -> dict[str, Any]:
             "machine": {"platform": platform.platform(), "processor": platform.machine(),
                         "cpus": os.cpu_count(), "python": platform.python_version(),
                         "torch": torch.__version__ if torch else None,
-                        "torch_threads": torch.get_num_threads() if torch else None},
+                        "torch_threads": torch.get_num_threads() if torch else None,
+                        **(cpu_kernels() if torch else {})},
             "output": lines, "tables": markdown_tables(lines)}
+
+
+def cpu_kernels() -> dict[str, Any]:
+    """What the rates depend on beyond the core count: the instruction set torch uses and
+    whether bfloat16 has kernels here (without, bf16 runs many times slower than fp32)."""
+    import torch
+
+    from miaudit.machine import cpu_capability, native_bf16
+
+    return {"cpu_capability": cpu_capability(), "bf16_kernels": native_bf16(torch.device("cpu"))}
 
 
 def markdown_tables(lines: list[str]) -> list[dict[str, list]]:
@@ -106,6 +117,9 @@ def markdown(record: dict[str, Any]) -> str:
             f"({machine['processor']}, {machine['platform']}), Python {machine['python']}"
             + (f", torch {machine['torch']} ({machine['torch_threads']} threads)"
                if machine["torch"] else "")
+            + (f", {machine['cpu_capability']}, bfloat16 kernels "
+               f"{'yes' if machine['bf16_kernels'] else 'no'}" if "cpu_capability" in machine
+               else "")
             + f"; load average {machine['load_average'][0]} at the start, "
             f"{machine['load_average'][1]} at the end. Written by `benchmarks/record.py` from "
             "what the script printed; its latest run.", ""]

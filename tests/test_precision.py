@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+from types import SimpleNamespace
+
 import pytest
 import torch
+from rich.console import Console
 
+from miaudit import machine
 from miaudit.config import ConfigError, validate_config
 from miaudit.models import build_model
+from miaudit.stages import train as train_stage
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit, predict_logits
 
 
@@ -113,3 +120,56 @@ def test_sde_noise_is_the_float32_draw_in_the_inputs_dtype_and_layout():
     assert mixed.dtype == torch.bfloat16
     assert mixed.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(mixed, reference.bfloat16())
+
+
+def _planned(executor: str = "local") -> SimpleNamespace:
+    cfg = SimpleNamespace(executor=SimpleNamespace(name=executor, gpus_per_model=0))
+    return SimpleNamespace(cfg=cfg, device=torch.device("cpu"))
+
+
+def _job(precision: str, parent: SimpleNamespace | None = None) -> SimpleNamespace:
+    return SimpleNamespace(train=SimpleNamespace(precision=precision), parent=parent)
+
+
+def _warning(planned: SimpleNamespace, todo: list, native: bool, monkeypatch) -> str:
+    monkeypatch.setattr(train_stage, "native_bf16", lambda device: native)
+    out = io.StringIO()
+    train_stage.warn_slow_bf16(planned, todo, Console(file=out, width=300))
+    return out.getvalue()
+
+
+def test_bf16_without_bfloat16_kernels_is_said_before_training(monkeypatch):
+    said = _warning(_planned(), [_job("bf16")], native=False, monkeypatch=monkeypatch)
+    assert said.count("\n") == 1 and "train.precision bf16" in said and "fp32" in said
+    # a parent trained in bf16 counts too (a derived model starts from it)
+    assert _warning(_planned(), [_job("fp32", parent=_job("bf16"))], False, monkeypatch)
+    # silent: bfloat16 kernels present, fp32 models, nothing to train, Ray (other machines)
+    assert not _warning(_planned(), [_job("bf16")], native=True, monkeypatch=monkeypatch)
+    assert not _warning(_planned(), [_job("fp32")], native=False, monkeypatch=monkeypatch)
+    assert not _warning(_planned(), [], native=False, monkeypatch=monkeypatch)
+    assert not _warning(_planned("ray"), [_job("bf16")], native=False, monkeypatch=monkeypatch)
+
+
+@pytest.mark.parametrize("onednn, expected", [(True, True), (False, False)])
+def test_native_bf16_on_cpu_is_onednns_answer(monkeypatch, onednn, expected):
+    monkeypatch.setattr(machine, "_onednn_bf16", lambda: onednn)
+    assert machine.native_bf16(torch.device("cpu")) is expected
+
+
+def test_native_bf16_on_cuda_excludes_emulation(monkeypatch):
+    asked = {}
+
+    def is_bf16_supported(including_emulation=True):
+        asked["including_emulation"] = including_emulation
+        return False
+
+    def current(device):
+        asked["device"] = device
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    monkeypatch.setattr(torch.cuda, "device", current)
+    assert machine.native_bf16(torch.device("cuda", 1)) is False
+    # an emulating GPU is not native; the device asked about is the one given
+    assert asked == {"including_emulation": False, "device": torch.device("cuda", 1)}
+    assert machine.native_bf16(torch.device("mps")) is True  # cannot say: no warning

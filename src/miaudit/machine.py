@@ -1,9 +1,12 @@
 """What the machine offers, asked once in one place: its physical memory (the planners refuse
-an audit whose score stage would not fit, before any training)."""
+an audit whose score stage would not fit, before any training) and whether its processor
+computes bfloat16 (``train.precision: bf16``) in fast kernels or in slow fallback code."""
 
 from __future__ import annotations
 
 import os
+
+import torch
 
 
 def physical_memory_bytes() -> int:
@@ -12,3 +15,34 @@ def physical_memory_bytes() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # not POSIX (Windows)
         return 64 << 30
+
+
+def cpu_capability() -> str:
+    """The vector instruction set torch dispatches to on this CPU (e.g. AVX2, AVX512)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` has bfloat16 kernels: a CUDA device with bfloat16 in hardware
+    (Ampere or later), a CPU for which oneDNN has bfloat16 convolutions and matrix products
+    (AVX-512, AMX or AVX2-VNNI-2 on x86, BF16 on Arm). Elsewhere bfloat16 autocast runs the
+    same bfloat16 arithmetic in fallback code: on an AVX2-only CPU ResNet-14 trains ~10x
+    slower than in float32 (``benchmarks/train_throughput.md``). True where torch cannot say."""
+    if device.type == "cuda":
+        with torch.cuda.device(device):  # torch asks the current device
+            try:
+                return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+            except TypeError:  # torch < 2.3: no including_emulation (and no emulation counted)
+                return bool(torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        return _onednn_bf16()
+    return True
+
+
+def _onednn_bf16() -> bool:
+    """oneDNN's answer; torch's own test suite asks it so (no public API says it)."""
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return True if probe is None else bool(probe())
+    except RuntimeError:  # a build without oneDNN
+        return True
