@@ -1,15 +1,18 @@
 """End-to-end audits on tiny synthetic configs: artefacts, resume, config identity, CLI."""
 
 import json
+import os
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
 from miaudit import modeljob, pipeline
 from miaudit.cli import app
 from miaudit.config import load_config, validate_config
+from miaudit.machine import native_bf16
 from miaudit.pipeline import audit
 from miaudit.stages import query as stage_query
 
@@ -55,6 +58,12 @@ def test_audit_writes_a_complete_run_directory(tmp_path):
     stats = summary["target_models"]
     assert stats["generalization_gap"] == pytest.approx(
         stats["train_accuracy"] - stats["test_accuracy"])
+    # the seconds say where they were measured: this machine's CPUs, instruction set, and
+    # whether bf16 had kernels on the training device
+    assert summary["timing"]["machine"] == {
+        "cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "bf16_kernels": native_bf16(torch.device("cpu")), "gpu": None}
+    assert results.summary.timing.machine.text().startswith(f"{os.cpu_count()} CPUs ")
 
 
 def test_members_are_detected_on_an_overfit_model_family(tmp_path):

@@ -5,6 +5,7 @@ computes bfloat16 (``train.precision: bf16``) in fast kernels or in slow fallbac
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -15,6 +16,15 @@ def physical_memory_bytes() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # not POSIX (Windows)
         return 64 << 30
+
+
+def describe(device: torch.device) -> dict[str, Any]:
+    """The facts a training time depends on besides the load (results.json ``timing.machine``,
+    :class:`miaudit.results.Machine`): CPU count and instruction set, bfloat16 kernels of
+    ``device``, the GPU's name."""
+    return {"cpus": os.cpu_count() or 1, "cpu_capability": cpu_capability(),
+            "bf16_kernels": native_bf16(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
 
 
 def cpu_capability() -> str:

@@ -114,7 +114,8 @@ def print_summary(summary: Summary, console: Console) -> None:
     if timing:
         console.print(f"time: {timing.total_seconds_this_run:.1f} s this run "
                       f"(training {timing.train_seconds_this_run:.1f} s, attacks "
-                      f"{timing.attack_seconds:.1f} s, device {timing.device})")
+                      f"{timing.attack_seconds:.1f} s, device {timing.device}"
+                      + (f": {escape(timing.machine.text())}" if timing.machine else "") + ")")
     root = Path(summary.run_dir)
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
                   f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: "

@@ -76,6 +76,21 @@ class TargetModels(Record):
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
+class Machine(Record):
+    """What this run's seconds depend on besides the load: where it ran
+    (:func:`miaudit.machine.describe`)."""
+
+    cpus: int
+    cpu_capability: str  # the vector instruction set torch used on the CPU (AVX2, AVX512, ...)
+    bf16_kernels: bool  # the training device's: without them bf16 trains in slow fallback code
+    gpu: str | None = None  # the CUDA device's name
+
+    def text(self) -> str:
+        return ", ".join([*([self.gpu] if self.gpu else []), f"{self.cpus} CPUs "
+                          f"{self.cpu_capability}", "bfloat16 kernels" if self.bf16_kernels
+                          else "no bfloat16 kernels"])
+
+
 class Timing(Record):
     """Wall-clock seconds of this run (an audit resumed or grown counts only its own work)."""
 
@@ -84,6 +99,7 @@ class Timing(Record):
     attack_seconds: float
     total_seconds_this_run: float
     device: str
+    machine: Machine | None = None  # not recorded before 2026-12-01, nor on Ray (other hosts)
 
 
 class Privacy(Record):

@@ -197,10 +197,13 @@ class RunView:
         from miaudit.version import __version__
 
         timing = self.summary.timing
+        device = timing.device if timing else str(self.config.get("device", "?"))
+        if timing and timing.machine:
+            device += f" ({timing.machine.text()})"
         rows = {
             "miaudit": __version__,
             "seed": str(self.config.get("seed", "?")),
-            "device": timing.device if timing else str(self.config.get("device", "?")),
+            "device": device,
             "results written": _mtime(self.root / "results.json"),
             "time (this run)": (f"{timing.total_seconds_this_run:.1f} s (training "
                                 f"{timing.train_seconds_this_run:.1f} s, attacks "

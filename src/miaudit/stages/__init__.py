@@ -28,11 +28,12 @@ from typing import Any
 from rich.console import Console
 
 from miaudit.config import AuditConfig, load_config, validate_config
+from miaudit.machine import describe
 from miaudit.results import Results
 from miaudit.rundir import RunDir
 from miaudit.scoring import publish
 from miaudit.stages.evaluate import evaluate_stage
-from miaudit.stages.plan import plan_audit
+from miaudit.stages.plan import plan_audit, train_device
 from miaudit.stages.query import query_stage
 from miaudit.stages.report import report_stage
 from miaudit.stages.score import score_stage
@@ -70,6 +71,8 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
             "attack_seconds": round(time.perf_counter() - score_started, 2),
             "total_seconds_this_run": round(time.perf_counter() - started, 2),
             "device": str(planned.device),
+            "machine": None if cfg.executor.name == "ray" else describe(
+                train_device(cfg, planned.device)),
         }
         results = publish(run, summary)
         report_stage(run, planned, results.summary)
