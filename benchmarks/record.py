@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from miaudit.io import write_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ANSWER = {True: "yes", False: "no", None: "unknown"}
 
 
 class Tee(io.TextIOBase):
@@ -83,9 +84,9 @@ def cpu_kernels() -> dict[str, Any]:
     whether bfloat16 has kernels here (without, bf16 runs many times slower than fp32)."""
     import torch
 
-    from miaudit.machine import cpu_capability, native_bf16
+    from miaudit.machine import bf16_kernels, cpu_capability
 
-    return {"cpu_capability": cpu_capability(), "bf16_kernels": native_bf16(torch.device("cpu"))}
+    return {"cpu_capability": cpu_capability(), "bf16_kernels": bf16_kernels(torch.device("cpu"))}
 
 
 def markdown_tables(lines: list[str]) -> list[dict[str, list]]:
@@ -118,8 +119,7 @@ def markdown(record: dict[str, Any]) -> str:
             + (f", torch {machine['torch']} ({machine['torch_threads']} threads)"
                if machine["torch"] else "")
             + (f", {machine['cpu_capability']}, bfloat16 kernels "
-               f"{'yes' if machine['bf16_kernels'] else 'no'}" if "cpu_capability" in machine
-               else "")
+               f"{ANSWER[machine['bf16_kernels']]}" if "cpu_capability" in machine else "")
             + f"; load average {machine['load_average'][0]} at the start, "
             f"{machine['load_average'][1]} at the end. Written by `benchmarks/record.py` from "
             "what the script printed; its latest run.", ""]

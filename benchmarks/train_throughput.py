@@ -31,10 +31,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from record import recorded
+from record import ANSWER, recorded
 from torch.utils.flop_counter import FlopCounterMode
 
-from miaudit.machine import native_bf16
+from miaudit.machine import bf16_kernels
 from miaudit.models import build_model
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.precision import autocast_context, input_layout, training_layout
@@ -159,19 +159,19 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also measure torch.compile")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    peaks = {p: peak_gflops(DTYPES[p]) for p in args.precisions}
+    kernels = bf16_kernels(torch.device("cpu"))
+    # without bfloat16 kernels autocast's matmul and convolutions take different fallbacks
+    # (measured: matmul 0.3, convolutions ~4.5 GFLOP/s): the matmul is no roof, so neither
+    # it (minutes at that rate) nor a "% peak" for bf16
+    peaks = {p: peak_gflops(DTYPES[p]) for p in args.precisions
+             if not (p == "bf16" and kernels is False)}
     print(f"torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, threads "
           f"{torch.get_num_threads()}, batch {args.batch}, width {args.width}, {args.steps} "
           f"timed steps, {args.repeats} repeats, load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores")
-    native = native_bf16(torch.device("cpu"))
     print("core peak (2048^3 matmul): " + ", ".join(f"{p} {g:.3g} GFLOP/s"
                                                      for p, g in peaks.items())
-          + f"; bfloat16 kernels (oneDNN): {'yes' if native else 'no'}")
-    if not native and "bf16" in peaks:
-        # without them autocast's matmul and convolutions take different fallbacks: the
-        # matmul's rate is no roof for the convolutions, so no "% peak" for bf16
-        peaks.pop("bf16")
+          + f"; bfloat16 kernels (oneDNN): {ANSWER[kernels]}")
     print("\n| model | precision | GFLOP/img (train) | raw img/CPU-s | fit img/CPU-s | fit/raw "
           "| GFLOP/s | % peak | speed-up vs fp32 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -27,7 +27,7 @@ def test_the_output_is_unchanged_and_written_as_markdown_and_json(tmp_path, monk
 
     machine = saved["machine"]
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert isinstance(machine["bf16_kernels"], bool)
+    assert machine["bf16_kernels"] in (True, False, None)
     assert f"{machine['cpu_capability']}, bfloat16 kernels " in page
     assert "```text\n3 models, 2 threads\n```\n\n| model | img/s | img/s |\n" in page
     assert "| odenet | 410 | 300 |\n\n```text\ndone\n```\n" in page

@@ -150,10 +150,11 @@ def test_bf16_without_bfloat16_kernels_is_said_before_training(monkeypatch):
     assert not _warning(_planned("ray"), [_job("bf16")], native=False, monkeypatch=monkeypatch)
 
 
-@pytest.mark.parametrize("onednn, expected", [(True, True), (False, False)])
+@pytest.mark.parametrize("onednn, expected", [(True, True), (False, False), (None, True)])
 def test_native_bf16_on_cpu_is_onednns_answer(monkeypatch, onednn, expected):
     monkeypatch.setattr(machine, "_onednn_bf16", lambda: onednn)
-    assert machine.native_bf16(torch.device("cpu")) is expected
+    assert machine.bf16_kernels(torch.device("cpu")) is onednn
+    assert machine.native_bf16(torch.device("cpu")) is expected  # unknown: no warning
 
 
 def test_native_bf16_on_cuda_excludes_emulation(monkeypatch):
@@ -172,4 +173,6 @@ def test_native_bf16_on_cuda_excludes_emulation(monkeypatch):
     assert machine.native_bf16(torch.device("cuda", 1)) is False
     # an emulating GPU is not native; the device asked about is the one given
     assert asked == {"including_emulation": False, "device": torch.device("cuda", 1)}
-    assert machine.native_bf16(torch.device("mps")) is True  # cannot say: no warning
+    # torch cannot say (MPS): unknown in the record, and no warning
+    assert machine.bf16_kernels(torch.device("mps")) is None
+    assert machine.native_bf16(torch.device("mps")) is True

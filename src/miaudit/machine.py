@@ -21,9 +21,9 @@ def physical_memory_bytes() -> int:
 def describe(device: torch.device) -> dict[str, Any]:
     """The facts a training time depends on besides the load (results.json ``timing.machine``,
     :class:`miaudit.results.Machine`): CPU count and instruction set, bfloat16 kernels of
-    ``device``, the GPU's name."""
+    ``device`` (None: torch cannot say), the GPU's name."""
     return {"cpus": os.cpu_count() or 1, "cpu_capability": cpu_capability(),
-            "bf16_kernels": native_bf16(device),
+            "bf16_kernels": bf16_kernels(device),
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
 
 
@@ -33,11 +33,18 @@ def cpu_capability() -> str:
 
 
 def native_bf16(device: torch.device) -> bool:
+    """Whether bfloat16 autocast on ``device`` runs in fast kernels (True where torch cannot
+    say, so that nothing is reported slow without evidence)."""
+    return bf16_kernels(device) is not False
+
+
+def bf16_kernels(device: torch.device) -> bool | None:
     """Whether ``device`` has bfloat16 kernels: a CUDA device with bfloat16 in hardware
     (Ampere or later), a CPU for which oneDNN has bfloat16 convolutions and matrix products
-    (AVX-512, AMX or AVX2-VNNI-2 on x86, BF16 on Arm). Elsewhere bfloat16 autocast runs the
-    same bfloat16 arithmetic in fallback code: on an AVX2-only CPU ResNet-14 trains ~10x
-    slower than in float32 (``benchmarks/train_throughput.md``). True where torch cannot say."""
+    (AVX-512, AMX or AVX2-VNNI-2 on x86, BF16 on Arm); None where torch cannot say (MPS, a
+    build without oneDNN). Without them bfloat16 autocast runs the same bfloat16 arithmetic in
+    fallback code: on an AVX2-only CPU ResNet-14 trains ~10x slower than in float32
+    (``benchmarks/train_throughput.md``)."""
     if device.type == "cuda":
         with torch.cuda.device(device):  # torch asks the current device
             try:
@@ -46,13 +53,13 @@ def native_bf16(device: torch.device) -> bool:
                 return bool(torch.cuda.is_bf16_supported())
     if device.type == "cpu":
         return _onednn_bf16()
-    return True
+    return None
 
 
-def _onednn_bf16() -> bool:
+def _onednn_bf16() -> bool | None:
     """oneDNN's answer; torch's own test suite asks it so (no public API says it)."""
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     try:
-        return True if probe is None else bool(probe())
+        return None if probe is None else bool(probe())
     except RuntimeError:  # a build without oneDNN
-        return True
+        return None

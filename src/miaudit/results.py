@@ -82,13 +82,16 @@ class Machine(Record):
 
     cpus: int
     cpu_capability: str  # the vector instruction set torch used on the CPU (AVX2, AVX512, ...)
-    bf16_kernels: bool  # the training device's: without them bf16 trains in slow fallback code
+    # the training device's (None: torch cannot say): without them bf16 trains in slow
+    # fallback code
+    bf16_kernels: bool | None
     gpu: str | None = None  # the CUDA device's name
 
     def text(self) -> str:
-        return ", ".join([*([self.gpu] if self.gpu else []), f"{self.cpus} CPUs "
-                          f"{self.cpu_capability}", "bfloat16 kernels" if self.bf16_kernels
-                          else "no bfloat16 kernels"])
+        kernels = {True: "bfloat16 kernels", False: "no bfloat16 kernels",
+                   None: "bfloat16 kernels unknown"}[self.bf16_kernels]
+        return ", ".join([*([self.gpu] if self.gpu else []),
+                          f"{self.cpus} CPUs {self.cpu_capability}", kernels])
 
 
 class Timing(Record):
