@@ -64,6 +64,10 @@ def test_audit_writes_a_complete_run_directory(tmp_path):
         "cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "bf16_kernels": native_bf16(torch.device("cpu")), "gpu": None}
     assert results.summary.timing.machine.text().startswith(f"{os.cpu_count()} CPUs ")
+    # and each model's record says where its train_seconds were measured (models are reused
+    # across runs and machines)
+    record = json.loads((root / "models" / "0000" / "model.json").read_text())
+    assert record["machine"] == summary["timing"]["machine"] and record["train_seconds"] > 0
 
 
 def test_members_are_detected_on_an_overfit_model_family(tmp_path):

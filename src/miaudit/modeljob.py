@@ -21,6 +21,7 @@ from miaudit.config import ModelConfig, TrainConfig, build_recipe
 from miaudit.data import Pool
 from miaudit.errors import DataError, MiauditError
 from miaudit.identity import section_dump
+from miaudit.machine import describe
 from miaudit.planning import Plan
 from miaudit.registry import MODELS
 from miaudit.rundir import RunDir
@@ -102,6 +103,7 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
                            f"(now {job.train.lr})") from None
     seconds = time.perf_counter() - started if checkpoint is None else checkpoint.seconds()
     extra = {"parent": job.parent.identity} if parent_state is not None else {}
+    extra["machine"] = describe(device)  # what train_seconds were measured on (this worker)
     if checkpoint is not None and checkpoint.resumed:
         extra["resumed"] = checkpoint.resumed
     meta = model_meta(job, job.train.recipe, round(seconds, 3), _jsonable(log), **extra)
@@ -199,7 +201,7 @@ def train_ensemble(jobs: Sequence[Any], pool: Any, plan: Any, device: torch.devi
                 meta = model_meta(
                     job, job.train.recipe, round(seconds, 3),
                     {k: [float(v) for v in values] for k, values in log.items()},
-                    ensemble=len(chunk))
+                    ensemble=len(chunk), machine=describe(device))
                 finish(job, {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta)
     return [results[job.index] for job in jobs]
 
