@@ -26,13 +26,15 @@ from rich.console import Console
 
 import miaudit
 from miaudit.cli import parse_set_items
-from miaudit.errors import MiauditError, RunDirError
+from miaudit.errors import ConfigError, MiauditError, RunDirError
 from miaudit.io import DIGEST_KEY
+from miaudit.machine import cpu_capability, native_bf16
 from miaudit.report import model_line, privacy_line
 from miaudit.reporting.compare import Comparison, comparison, write_compare_html
 from miaudit.reporting.compare import markdown as comparison_markdown
 from miaudit.reporting.run_view import RunView
 from miaudit.results import Summary, holds_result, read_results
+from miaudit.stages.plan import resolve_device
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -52,23 +54,29 @@ MOVED = {
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
                    threads: int | None = None, sets: dict[str, Any] | None = None,
-                   only: list[str] | None = None, collect: bool = False) -> Path:
+                   only: list[str] | None = None, collect: bool = False,
+                   slow_bf16: bool = False) -> Path:
     """Run the experiment's configs (``only``: those stems; the others' rows come from their
     committed outputs) and write ``outputs/``; ``collect``: run none, only rewrite the summary
-    and comparison page from the committed outputs (e.g. results made on another machine)."""
+    and comparison page from the committed outputs (e.g. results made on another machine);
+    ``slow_bf16``: run bf16 configs where bfloat16 has no kernels too."""
     folder = HERE / name
     outputs = folder / "outputs"
+    overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
+                 **({"threads": threads} if threads else {}), **(sets or {})}
+    if data_dir is not None:
+        overrides["data.data_dir"] = str(data_dir)
+    configs = sorted(folder.glob("*.yaml"))
+    to_run = [] if collect else [path for path in configs if not only or path.stem in only]
+    for config_file in to_run:  # all refused before the first one trains
+        check_bf16_kernels(miaudit.load_config(config_file, overrides), slow_bf16)
     outputs.mkdir(exist_ok=True)
     rows = []
-    for config_file in sorted(folder.glob("*.yaml")):
-        if collect or (only and config_file.stem not in only):
+    for config_file in configs:
+        if config_file not in to_run:
             if (row := committed_row(outputs, config_file.stem)) is not None:
                 rows.append(row)
             continue
-        overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
-                     **({"threads": threads} if threads else {}), **(sets or {})}
-        if data_dir is not None:
-            overrides["data.data_dir"] = str(data_dir)
         cfg = miaudit.load_config(config_file, overrides)
         results = miaudit.audit(cfg, console=Console(stderr=True))
         stem = config_file.stem
@@ -169,6 +177,8 @@ def main() -> None:
     parser.add_argument("--only", action="append", default=[], metavar="STEM",
                         help="run only this config (repeatable); the summary keeps the others' "
                              "committed rows")
+    parser.add_argument("--slow-bf16", action="store_true",
+                        help="run bf16 configs even where bfloat16 has no kernels (~10x slower)")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: rewrite outputs/summary.md and compare.html from the "
                              "committed results.json files")
@@ -181,11 +191,27 @@ def main() -> None:
         name = resolve(given, available)
         try:
             outputs = run_experiment(name, args.data_dir, args.device, args.threads,
-                                     parse_sets(args.sets), args.only, args.collect)
+                                     parse_sets(args.sets), args.only, args.collect,
+                                     args.slow_bf16)
         except MiauditError as error:  # bad input or a damaged record: one line, exit 2
             print(f"{name}: {error}", file=sys.stderr)
             raise SystemExit(2) from None
         print(json.dumps({"experiment": name, "outputs": str(outputs)}))
+
+
+def check_bf16_kernels(cfg: Any, slow_bf16: bool) -> None:
+    """Refuse a bf16 config where bfloat16 has no kernels (``miaudit.machine``): it would train
+    the same models ~10x slower than fp32, and ~30x slower than the costs experiments/README.md
+    plans with (2026-12-01: an AVX2 CPU, 20 minutes lost before a model finished)."""
+    trains = [cfg.train] + ([cfg.reference_train] if cfg.reference_train else [])
+    if slow_bf16 or cfg.executor.name == "ray" or all(t.precision != "bf16" for t in trains):
+        return
+    device = resolve_device(cfg.device)
+    if not native_bf16(device):
+        where = f"this CPU ({cpu_capability()})" if device.type == "cpu" else str(device)
+        raise ConfigError(f"train.precision bf16, but {where} has no bfloat16 kernels: training "
+                          "would run ~10x slower than in fp32; run it where bfloat16 is native "
+                          "(AVX512_BF16 or AMX CPU, Ampere or later GPU), or pass --slow-bf16")
 
 
 def experiments() -> list[str]:

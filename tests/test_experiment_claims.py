@@ -2,6 +2,7 @@
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -442,3 +443,24 @@ def test_paired_py_skips_only_entries_computed_from_the_committed_results(monkey
     assert not paired.is_current(None, high, low, ("auc",))
     summaries["low"]["sha256"] = "rerun"  # the low run was rerun: recompute
     assert not paired.is_current(entry, high, low, ("auc",))
+
+
+def test_run_refuses_bf16_configs_where_bfloat16_has_no_kernels(monkeypatch):
+    # experiments/README.md plans its costs with bfloat16 kernels: without them (2026-12-01's
+    # AVX2 CPU) a bf16 config trains ~10x slower than fp32, so run.py refuses it up front
+    run = load_script("experiments/run.py")
+    train = SimpleNamespace(precision="bf16")
+    cfg = SimpleNamespace(train=train, reference_train=None, device="cpu",
+                          executor=SimpleNamespace(name="processes"))
+    monkeypatch.setattr(run, "native_bf16", lambda device: False)
+    with pytest.raises(run.ConfigError, match="no bfloat16 kernels.*--slow-bf16"):
+        run.check_bf16_kernels(cfg, slow_bf16=False)
+    run.check_bf16_kernels(cfg, slow_bf16=True)  # asked for: runs
+    fp32_references = SimpleNamespace(**{**vars(cfg), "train": SimpleNamespace(precision="fp32"),
+                                         "reference_train": train})
+    with pytest.raises(run.ConfigError):  # bf16 reference models count too
+        run.check_bf16_kernels(fp32_references, slow_bf16=False)
+    run.check_bf16_kernels(SimpleNamespace(**{**vars(cfg), "train": SimpleNamespace(
+        precision="fp32")}), slow_bf16=False)  # fp32: nothing to refuse
+    monkeypatch.setattr(run, "native_bf16", lambda device: True)
+    run.check_bf16_kernels(cfg, slow_bf16=False)
