@@ -93,7 +93,9 @@ def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path,
     run_dir.mkdir()
     monkeypatch.setattr(run, "HERE", tmp_path)
     monkeypatch.setattr(run, "markdown", lambda table, rows: "")
-    monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: None)
+    fp32 = SimpleNamespace(train=SimpleNamespace(precision="fp32"), reference_train=None,
+                           executor=SimpleNamespace(name="local"), device="cpu")
+    monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: fp32)
     monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: SimpleNamespace(
         run_dir=run_dir, summary=Summary.model_validate(committed)))
 
