@@ -42,8 +42,8 @@ def bf16_kernels(device: torch.device) -> bool | None:
     """Whether ``device`` has bfloat16 kernels: a CUDA device with bfloat16 in hardware
     (Ampere or later), a CPU for which oneDNN has bfloat16 convolutions and matrix products
     (AVX-512, AMX or AVX2-VNNI-2 on x86, BF16 on Arm); None where torch cannot say (MPS, a
-    build without oneDNN). Without them bfloat16 autocast runs the same bfloat16 arithmetic in
-    fallback code: on an AVX2-only CPU ResNet-14 trains ~10x slower than in float32
+    build without oneDNN). Without them bfloat16 autocast still runs, in fallback code: on an
+    AVX2-only CPU ResNet-14 trains ~10x slower than in float32
     (``benchmarks/train_throughput.md``)."""
     if device.type == "cuda":
         with torch.cuda.device(device):  # torch asks the current device

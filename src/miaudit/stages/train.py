@@ -117,9 +117,8 @@ def train_models(run: RunDir, planned: Audit, console: Console, show_progress: b
 
 def warn_slow_bf16(planned: Audit, todo: list[ModelJob], console: Console) -> None:
     """One line before training when a model (or a parent it starts from) trains in bfloat16
-    on a device without bfloat16 kernels: autocast then runs the same bfloat16 arithmetic in
-    fallback code, many times slower than float32. Not on Ray, whose workers may be other
-    machines than this one."""
+    on a device without bfloat16 kernels: autocast then still runs, in fallback code many
+    times slower than float32. Not on Ray, whose workers may be other machines than this one."""
     if planned.cfg.executor.name == "ray" or not any(
             level.train.precision == "bf16" for job in todo for level in chain(job)):
         return
@@ -129,9 +128,9 @@ def warn_slow_bf16(planned: Audit, todo: list[ModelJob], console: Console) -> No
     what = f"CPU ({cpu_capability()})" if device.type == "cpu" else str(device)
     console.print(escape(
         f"warning: train.precision bf16 on a {what} without bfloat16 kernels: autocast falls "
-        "back to slow code (ResNet-14 trains ~10x slower than in fp32 on an AVX2 CPU), in the "
-        "same bfloat16 arithmetic. Train where bfloat16 is native (AVX512_BF16 or AMX "
-        "CPU, Ampere or later GPU), or set train.precision: fp32 (other model identities)"),
+        "back to slow code (ResNet-14 trains ~10x slower than in fp32 on an AVX2 CPU). Train "
+        "where bfloat16 is native (AVX512_BF16 or AMX CPU, Ampere or later GPU), or set "
+        "train.precision: fp32 (other model identities)"),
         style="yellow", soft_wrap=True)
 
 
