@@ -12,7 +12,7 @@ from conftest import tiny_audit
 from miaudit import modeljob, pipeline
 from miaudit.cli import app
 from miaudit.config import load_config, validate_config
-from miaudit.machine import native_bf16
+from miaudit.machine import bf16_kernels, native_bf16
 from miaudit.pipeline import audit
 from miaudit.stages import query as stage_query
 
@@ -248,6 +248,13 @@ def test_cli_audit_report_and_listings(tmp_path):
                               ("datasets", "digits"), ("recipes", "standard")):
         result = runner.invoke(app, [listing])
         assert result.exit_code == 0 and expected in result.output
+    # the devices here, and whether bf16 pays off on each: the CPU's row says what torch does
+    result = runner.invoke(app, ["devices"])
+    kernels = {True: "yes", False: "no", None: "unknown"}[bf16_kernels(torch.device("cpu"))]
+    cpu_row = next(line for line in result.output.splitlines() if "│ cpu " in line)
+    assert result.exit_code == 0 and torch.backends.cpu.get_cpu_capability() in cpu_row
+    assert f"│ {kernels} " in cpu_row
+    assert ("fp32 (bf16 runs in fallback code" in cpu_row) == (kernels == "no")
 
 
 def test_cli_reports_config_errors_naming_the_field(tmp_path):

@@ -27,6 +27,13 @@ def describe(device: torch.device) -> dict[str, Any]:
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
 
 
+def devices() -> list[torch.device]:
+    """The devices this machine can train on: the CPU, each CUDA device, MPS."""
+    found = [torch.device("cpu")]
+    found += [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
+    return found + ([torch.device("mps")] if torch.backends.mps.is_available() else [])
+
+
 def cpu_capability() -> str:
     """The vector instruction set torch dispatches to on this CPU (e.g. AVX2, AVX512)."""
     return torch.backends.cpu.get_cpu_capability()

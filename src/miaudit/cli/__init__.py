@@ -13,7 +13,7 @@ from miaudit.cli.commands import audit, parse_set_items, plan, report, score, sh
 from miaudit.cli.compare import compare
 from miaudit.cli.dp_audit import audit_command
 from miaudit.cli.errors import fail, user_errors
-from miaudit.cli.listings import LISTINGS, listing_command
+from miaudit.cli.listings import LISTINGS, devices, listing_command
 from miaudit.cli.privacy import app as privacy_app
 from miaudit.cli.usage import OneLineErrors
 
@@ -28,6 +28,7 @@ app.command()(plan)
 app.command("config")(show_config)
 for _command, (_registry, _title) in LISTINGS.items():
     app.command(_command)(listing_command(_registry, _title))
+app.command()(devices)
 app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (Steinke et al. 2023 "
             "one run, or Jagielski et al. 2020 with R runs).")(audit_command)
 app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from rich.markup import escape
 from rich.table import Table
 
+from miaudit import machine
 from miaudit.cli.commands import console
 from miaudit.registry import (
     ACCOUNTANTS,
@@ -44,3 +45,24 @@ def listing_command(registry: Registry, title: str) -> Callable[[], None]:
 
     listing.__doc__ = f"List the registered {title}."
     return listing
+
+
+#: what ``train.precision`` to use where bfloat16 has kernels, has none, or torch cannot say
+PRECISION_ADVICE = {True: "bf16 (1.85-2.4x fp32 on the AVX512_BF16 CPU measured)",
+                    False: "fp32 (bf16 runs in fallback code, 4-10x slower)",
+                    None: "unknown: measure with benchmarks/train_throughput.py"}
+
+
+def devices() -> None:
+    """List the devices here (--device) and whether train.precision bf16 pays off on each."""
+    table = Table(title="devices")
+    for column in ("device", "what", "bfloat16 kernels", "train.precision"):
+        table.add_column(column)
+    for device in machine.devices():
+        facts = machine.describe(device)
+        what = facts["gpu"] or (f"{facts['cpus']} CPUs, {facts['cpu_capability']}"
+                                if device.type == "cpu" else device.type)
+        kernels = facts["bf16_kernels"]
+        table.add_row(str(device), escape(what), {True: "yes", False: "no", None: "unknown"}[
+            kernels], PRECISION_ADVICE[kernels])
+    console.print(table)
