@@ -27,7 +27,6 @@ from typing import Any, TextIO
 from miaudit.io import write_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ANSWER = {True: "yes", False: "no", None: "unknown"}
 
 
 class Tee(io.TextIOBase):
@@ -89,6 +88,13 @@ def cpu_kernels() -> dict[str, Any]:
     return {"cpu_capability": cpu_capability(), "bf16_kernels": bf16_kernels(torch.device("cpu"))}
 
 
+def cpu_text(machine: dict[str, Any]) -> str:
+    from miaudit.machine import BF16_ANSWERS  # imports torch: only for records that used it
+
+    return (f", {machine['cpu_capability']}, bfloat16 kernels "
+            f"{BF16_ANSWERS[machine['bf16_kernels']]}")
+
+
 def markdown_tables(lines: list[str]) -> list[dict[str, list]]:
     """Each markdown table in the output (a ``| ... |`` header, its ``---`` rule, rows) as
     ``{"header": [cells], "rows": [[cells]]}`` (headers may repeat a name: kept as lists)."""
@@ -118,8 +124,7 @@ def markdown(record: dict[str, Any]) -> str:
             f"({machine['processor']}, {machine['platform']}), Python {machine['python']}"
             + (f", torch {machine['torch']} ({machine['torch_threads']} threads)"
                if machine["torch"] else "")
-            + (f", {machine['cpu_capability']}, bfloat16 kernels "
-               f"{ANSWER[machine['bf16_kernels']]}" if "cpu_capability" in machine else "")
+            + (cpu_text(machine) if "cpu_capability" in machine else "")
             + f"; load average {machine['load_average'][0]} at the start, "
             f"{machine['load_average'][1]} at the end. Written by `benchmarks/record.py` from "
             "what the script printed; its latest run.", ""]

@@ -31,10 +31,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from record import ANSWER, recorded
+from record import recorded
 from torch.utils.flop_counter import FlopCounterMode
 
-from miaudit.machine import bf16_kernels
+from miaudit.machine import BF16_ANSWERS, bf16_kernels
 from miaudit.models import build_model
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.precision import autocast_context, input_layout, training_layout
@@ -171,7 +171,7 @@ def main() -> None:
           f"{os.cpu_count()} cores")
     print("core peak (2048^3 matmul): " + ", ".join(f"{p} {g:.3g} GFLOP/s"
                                                      for p, g in peaks.items())
-          + f"; bfloat16 kernels (oneDNN): {ANSWER[kernels]}")
+          + f"; bfloat16 kernels (oneDNN): {BF16_ANSWERS[kernels]}")
     print("\n| model | precision | GFLOP/img (train) | raw img/CPU-s | fit img/CPU-s | fit/raw "
           "| GFLOP/s | % peak | speed-up vs fp32 |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -28,7 +28,8 @@ import miaudit
 from miaudit.cli import parse_set_items
 from miaudit.errors import ConfigError, MiauditError, RunDirError
 from miaudit.io import DIGEST_KEY
-from miaudit.machine import cpu_capability, native_bf16
+from miaudit.machine import slow_bf16
+from miaudit.parents import parent_configs
 from miaudit.report import model_line, privacy_line
 from miaudit.reporting.compare import Comparison, comparison, write_compare_html
 from miaudit.reporting.compare import markdown as comparison_markdown
@@ -55,11 +56,11 @@ MOVED = {
 def run_experiment(name: str, data_dir: Path | None, device: str,
                    threads: int | None = None, sets: dict[str, Any] | None = None,
                    only: list[str] | None = None, collect: bool = False,
-                   slow_bf16: bool = False) -> Path:
+                   allow_slow_bf16: bool = False) -> Path:
     """Run the experiment's configs (``only``: those stems; the others' rows come from their
     committed outputs) and write ``outputs/``; ``collect``: run none, only rewrite the summary
     and comparison page from the committed outputs (e.g. results made on another machine);
-    ``slow_bf16``: run bf16 configs where bfloat16 has no kernels too."""
+    ``allow_slow_bf16``: run bf16 configs where bfloat16 has no kernels too."""
     folder = HERE / name
     outputs = folder / "outputs"
     overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
@@ -67,9 +68,10 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
     if data_dir is not None:
         overrides["data.data_dir"] = str(data_dir)
     configs = sorted(folder.glob("*.yaml"))
-    to_run = [] if collect else [path for path in configs if not only or path.stem in only]
-    for config_file in to_run:  # all refused before the first one trains
-        check_bf16_kernels(miaudit.load_config(config_file, overrides), slow_bf16)
+    to_run = {} if collect else {path: miaudit.load_config(path, overrides) for path in configs
+                                 if not only or path.stem in only}
+    for cfg in to_run.values():  # all refused before the first one trains
+        check_bf16_kernels(cfg, allow_slow_bf16)
     outputs.mkdir(exist_ok=True)
     rows = []
     for config_file in configs:
@@ -77,8 +79,7 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
             if (row := committed_row(outputs, config_file.stem)) is not None:
                 rows.append(row)
             continue
-        cfg = miaudit.load_config(config_file, overrides)
-        results = miaudit.audit(cfg, console=Console(stderr=True))
+        results = miaudit.audit(to_run[config_file], console=Console(stderr=True))
         stem = config_file.stem
         if reproduces_committed(outputs, stem, results.run_dir):
             # a resumed run that remade the committed result: keep the record of the run that
@@ -199,19 +200,27 @@ def main() -> None:
         print(json.dumps({"experiment": name, "outputs": str(outputs)}))
 
 
-def check_bf16_kernels(cfg: Any, slow_bf16: bool) -> None:
-    """Refuse a bf16 config where bfloat16 has no kernels (``miaudit.machine``): it would train
-    the same models ~10x slower than fp32, and ~30x slower than the costs experiments/README.md
-    plans with (2026-12-01: an AVX2 CPU, 20 minutes lost before a model finished)."""
-    trains = [cfg.train] + ([cfg.reference_train] if cfg.reference_train else [])
-    if slow_bf16 or cfg.executor.name == "ray" or all(t.precision != "bf16" for t in trains):
+def check_bf16_kernels(cfg: Any, allow_slow: bool) -> None:
+    """Refuse a config that trains a model (target, reference or a parent either starts from)
+    in bf16 where bfloat16 has no kernels (``miaudit.machine.slow_bf16``): ~10x slower than
+    fp32, and ~30x slower than the costs experiments/README.md plans with (2026-12-01: an AVX2
+    CPU, 20 minutes lost before a model finished)."""
+    if allow_slow or cfg.executor.name == "ray" or "bf16" not in precisions(cfg):
         return
-    device = resolve_device(cfg.device)
-    if not native_bf16(device):
-        where = f"this CPU ({cpu_capability()})" if device.type == "cpu" else str(device)
-        raise ConfigError(f"train.precision bf16, but {where} has no bfloat16 kernels: training "
-                          "would run ~10x slower than in fp32; run it where bfloat16 is native "
-                          "(AVX512_BF16 or AMX CPU, Ampere or later GPU), or pass --slow-bf16")
+    if (reason := slow_bf16(resolve_device(cfg.device))) is not None:
+        raise ConfigError(f"{reason}, or pass --slow-bf16")
+
+
+def precisions(cfg: Any) -> set[str]:
+    """The train.precision of every model the config trains, parents included."""
+    found, sections = set(), [(cfg.model, cfg.train)]
+    if cfg.reference_train is not None or cfg.reference_model is not None:
+        sections.append((cfg.reference_model or cfg.model, cfg.reference_train or cfg.train))
+    while sections:
+        model, train = sections.pop()
+        found.add(train.precision)
+        sections += [parent] if (parent := parent_configs(model, train)) else []
+    return found
 
 
 def experiments() -> list[str]:

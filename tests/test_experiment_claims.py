@@ -2,14 +2,15 @@
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 from sklearn.metrics import roc_auc_score
 
-from conftest import load_script
+from conftest import load_script, tiny_audit
+from miaudit import machine
+from miaudit.config import validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 claims = load_script("experiments/claims.py")
@@ -445,22 +446,24 @@ def test_paired_py_skips_only_entries_computed_from_the_committed_results(monkey
     assert not paired.is_current(entry, high, low, ("auc",))
 
 
-def test_run_refuses_bf16_configs_where_bfloat16_has_no_kernels(monkeypatch):
+def test_run_refuses_bf16_configs_where_bfloat16_has_no_kernels(monkeypatch, tmp_path):
     # experiments/README.md plans its costs with bfloat16 kernels: without them (2026-12-01's
     # AVX2 CPU) a bf16 config trains ~10x slower than fp32, so run.py refuses it up front
     run = load_script("experiments/run.py")
-    train = SimpleNamespace(precision="bf16")
-    cfg = SimpleNamespace(train=train, reference_train=None, device="cpu",
-                          executor=SimpleNamespace(name="processes"))
-    monkeypatch.setattr(run, "native_bf16", lambda device: False)
-    with pytest.raises(run.ConfigError, match="no bfloat16 kernels.*--slow-bf16"):
-        run.check_bf16_kernels(cfg, slow_bf16=False)
-    run.check_bf16_kernels(cfg, slow_bf16=True)  # asked for: runs
-    fp32_references = SimpleNamespace(**{**vars(cfg), "train": SimpleNamespace(precision="fp32"),
-                                         "reference_train": train})
+
+    def config(precision, **overrides):
+        audit = tiny_audit(tmp_path, device="cpu", **overrides)
+        return validate_config({**audit, "train": {**audit["train"], "precision": precision}})
+
+    cfg = config("bf16")
+    monkeypatch.setattr(machine, "native_bf16", lambda device: False)
+    with pytest.raises(run.ConfigError, match="without bfloat16 kernels.*--slow-bf16"):
+        run.check_bf16_kernels(cfg, allow_slow=False)
+    run.check_bf16_kernels(cfg, allow_slow=True)  # asked for: runs
+    fp32_references = config("fp32", protocol="fixed_target", reference_train={
+        "epochs": 8, "batch_size": 32, "lr": 0.1, "precision": "bf16"})
     with pytest.raises(run.ConfigError):  # bf16 reference models count too
-        run.check_bf16_kernels(fp32_references, slow_bf16=False)
-    run.check_bf16_kernels(SimpleNamespace(**{**vars(cfg), "train": SimpleNamespace(
-        precision="fp32")}), slow_bf16=False)  # fp32: nothing to refuse
-    monkeypatch.setattr(run, "native_bf16", lambda device: True)
-    run.check_bf16_kernels(cfg, slow_bf16=False)
+        run.check_bf16_kernels(fp32_references, allow_slow=False)
+    run.check_bf16_kernels(config("fp32"), allow_slow=False)  # fp32: nothing to refuse
+    monkeypatch.setattr(machine, "native_bf16", lambda device: True)
+    run.check_bf16_kernels(cfg, allow_slow=False)

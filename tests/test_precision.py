@@ -132,7 +132,7 @@ def _job(precision: str, parent: SimpleNamespace | None = None) -> SimpleNamespa
 
 
 def _warning(planned: SimpleNamespace, todo: list, native: bool, monkeypatch) -> str:
-    monkeypatch.setattr(train_stage, "native_bf16", lambda device: native)
+    monkeypatch.setattr(machine, "native_bf16", lambda device: native)
     out = io.StringIO()
     train_stage.warn_slow_bf16(planned, todo, Console(file=out, width=300))
     return out.getvalue()

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from conftest import load_script
+from conftest import load_script, tiny_audit
 from miaudit import metrics
+from miaudit.config import validate_config
 from miaudit.io import DIGEST_KEY, read_digested_json, text_digest
 from miaudit.results import LAYOUT, AttackRecord, Summary, holds_result, read_results, write_results
 
@@ -93,8 +94,7 @@ def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path,
     run_dir.mkdir()
     monkeypatch.setattr(run, "HERE", tmp_path)
     monkeypatch.setattr(run, "markdown", lambda table, rows: "")
-    fp32 = SimpleNamespace(train=SimpleNamespace(precision="fp32"), reference_train=None,
-                           executor=SimpleNamespace(name="local"), device="cpu")
+    fp32 = validate_config(tiny_audit(tmp_path))  # run.py checks its precision first
     monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: fp32)
     monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: SimpleNamespace(
         run_dir=run_dir, summary=Summary.model_validate(committed)))

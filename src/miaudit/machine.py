@@ -9,6 +9,9 @@ from typing import Any
 
 import torch
 
+#: how a bfloat16-kernels answer (:func:`bf16_kernels`) is printed
+BF16_ANSWERS = {True: "yes", False: "no", None: "unknown"}
+
 
 def physical_memory_bytes() -> int:
     """The machine's physical memory (POSIX sysconf), or 64 GiB where it cannot be asked."""
@@ -43,6 +46,18 @@ def native_bf16(device: torch.device) -> bool:
     """Whether bfloat16 autocast on ``device`` runs in fast kernels (True where torch cannot
     say, so that nothing is reported slow without evidence)."""
     return bf16_kernels(device) is not False
+
+
+def slow_bf16(device: torch.device) -> str | None:
+    """Why ``train.precision: bf16`` would train slowly on ``device`` (a sentence for the
+    train stage's warning and experiments/run.py's refusal), or None where bfloat16 has
+    kernels or torch cannot say."""
+    if native_bf16(device):
+        return None
+    what = f"CPU ({cpu_capability()})" if device.type == "cpu" else str(device)
+    return (f"train.precision bf16 on a {what} without bfloat16 kernels: autocast falls back "
+            "to slow code (ResNet-14 trains ~10x slower than in fp32 on an AVX2 CPU); train "
+            "where bfloat16 is native (AVX512_BF16 or AMX CPU, Ampere or later GPU)")
 
 
 def bf16_kernels(device: torch.device) -> bool | None:

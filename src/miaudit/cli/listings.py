@@ -63,6 +63,6 @@ def devices() -> None:
         what = facts["gpu"] or (f"{facts['cpus']} CPUs, {facts['cpu_capability']}"
                                 if device.type == "cpu" else device.type)
         kernels = facts["bf16_kernels"]
-        table.add_row(str(device), escape(what), {True: "yes", False: "no", None: "unknown"}[
-            kernels], PRECISION_ADVICE[kernels])
+        table.add_row(str(device), escape(what), machine.BF16_ANSWERS[kernels],
+                      PRECISION_ADVICE[kernels])
     console.print(table)

@@ -17,7 +17,7 @@ from rich.markup import escape
 from miaudit import modeljob
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
 from miaudit.io import read_json
-from miaudit.machine import cpu_capability, native_bf16
+from miaudit.machine import slow_bf16
 from miaudit.modeljob import ModelJob
 from miaudit.parents import obtain_parents
 from miaudit.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir
@@ -122,16 +122,10 @@ def warn_slow_bf16(planned: Audit, todo: list[ModelJob], console: Console) -> No
     if planned.cfg.executor.name == "ray" or not any(
             level.train.precision == "bf16" for job in todo for level in chain(job)):
         return
-    device = train_device(planned.cfg, planned.device)
-    if native_bf16(device):
-        return
-    what = f"CPU ({cpu_capability()})" if device.type == "cpu" else str(device)
-    console.print(escape(
-        f"warning: train.precision bf16 on a {what} without bfloat16 kernels: autocast falls "
-        "back to slow code (ResNet-14 trains ~10x slower than in fp32 on an AVX2 CPU). Train "
-        "where bfloat16 is native (AVX512_BF16 or AMX CPU, Ampere or later GPU), or set "
-        "train.precision: fp32 (other model identities)"),
-        style="yellow", soft_wrap=True)
+    reason = slow_bf16(train_device(planned.cfg, planned.device))
+    if reason is not None:
+        console.print(escape(f"warning: {reason}, or set train.precision: fp32 (other model "
+                             "identities)"), style="yellow", soft_wrap=True)
 
 
 def checkpointing(run: RunDir, planned: Audit) -> Checkpointing | None:
