@@ -27,9 +27,12 @@ from miaudit.executors._base import (
 
 def _set_threads(threads: int) -> None:
     """Worker initializer: N workers each with torch's default (one thread per core) would
-    run N x cores threads on the cores."""
+    run N x cores threads on the cores; a spawned worker needs the allocator setting too."""
     import torch
 
+    from miaudit.allocator import keep_freed_memory
+
+    keep_freed_memory()
     torch.set_num_threads(threads)
 
 

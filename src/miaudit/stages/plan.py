@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from miaudit import identity as ids
+from miaudit.allocator import keep_freed_memory
 from miaudit.config import (
     AuditConfig,
     ModelConfig,
@@ -87,6 +88,7 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     """Everything up to, not including, the first write: data, split, plan, identities, and
     a dry build of every architecture (a bad model option fails here, before training)."""
     device = resolve_device(cfg.device)
+    keep_freed_memory()
     if cfg.threads is not None:
         from miaudit.threads import default_threads
 
