@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import modeljob, pipeline
+from miaudit import allocator, modeljob, pipeline
 from miaudit.cli import app
 from miaudit.config import load_config, validate_config
 from miaudit.machine import bf16_kernels, native_bf16
@@ -62,7 +62,8 @@ def test_audit_writes_a_complete_run_directory(tmp_path):
     # whether bf16 had kernels on the training device
     assert summary["timing"]["machine"] == {
         "cpus": os.cpu_count(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "bf16_kernels": native_bf16(torch.device("cpu")), "gpu": None}
+        "bf16_kernels": native_bf16(torch.device("cpu")), "gpu": None,
+        "freed_memory_kept": allocator.runs_on_glibc()}
     assert results.summary.timing.machine.text().startswith(f"{os.cpu_count()} CPUs ")
     # and each model's record says where its train_seconds were measured (models are reused
     # across runs and machines)

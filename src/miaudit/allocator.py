@@ -43,6 +43,11 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
+def kept() -> bool:
+    """Whether this process raised the thresholds (what its timings were measured with)."""
+    return _applied is True
+
+
 def runs_on_glibc() -> bool:
     """Whether this process's C library is glibc on Linux (the only one the setting tunes)."""
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from miaudit import allocator
+
 #: how a bfloat16-kernels answer (:func:`bf16_kernels`) is printed
 BF16_ANSWERS = {True: "yes", False: "no", None: "unknown"}
 
@@ -24,10 +26,12 @@ def physical_memory_bytes() -> int:
 def describe(device: torch.device) -> dict[str, Any]:
     """The facts a training time depends on besides the load (results.json ``timing.machine``,
     :class:`miaudit.results.Machine`): CPU count and instruction set, bfloat16 kernels of
-    ``device`` (None: torch cannot say), the GPU's name."""
+    ``device`` (None: torch cannot say), the GPU's name, whether this process keeps freed
+    memory for reuse (:mod:`miaudit.allocator`: CPU work took up to 2x longer without)."""
     return {"cpus": os.cpu_count() or 1, "cpu_capability": cpu_capability(),
             "bf16_kernels": bf16_kernels(device),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "freed_memory_kept": allocator.kept()}
 
 
 def devices() -> list[torch.device]:

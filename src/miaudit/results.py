@@ -86,12 +86,16 @@ class Machine(Record):
     # fallback code
     bf16_kernels: bool | None
     gpu: str | None = None  # the CUDA device's name
+    # glibc's malloc thresholds raised (miaudit.allocator); None: recorded before they were
+    freed_memory_kept: bool | None = None
 
     def text(self) -> str:
         kernels = {True: "bfloat16 kernels", False: "no bfloat16 kernels",
                    None: "bfloat16 kernels unknown"}[self.bf16_kernels]
+        memory = {True: ["freed memory kept"], False: ["malloc defaults"], None: []}
         return ", ".join([*([self.gpu] if self.gpu else []),
-                          f"{self.cpus} CPUs {self.cpu_capability}", kernels])
+                          f"{self.cpus} CPUs {self.cpu_capability}", kernels,
+                          *memory[self.freed_memory_kept]])
 
 
 class Timing(Record):
