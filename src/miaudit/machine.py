@@ -27,7 +27,7 @@ def describe(device: torch.device) -> dict[str, Any]:
     """The facts a training time depends on besides the load (results.json ``timing.machine``,
     :class:`miaudit.results.Machine`): CPU count and instruction set, bfloat16 kernels of
     ``device`` (None: torch cannot say), the GPU's name, whether this process keeps freed
-    memory for reuse (:mod:`miaudit.allocator`: CPU work took up to 2x longer without)."""
+    memory for reuse (:mod:`miaudit.allocator`: spiking queries took ~2x the CPU time without)."""
     return {"cpus": os.cpu_count() or 1, "cpu_capability": cpu_capability(),
             "bf16_kernels": bf16_kernels(device),
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
