@@ -208,8 +208,7 @@ def check_bf16_kernels(cfg: Any, allow_slow: bool) -> None:
     if allow_slow or cfg.executor.name == "ray" or "bf16" not in precisions(cfg):
         return
     if (reason := slow_bf16(resolve_device(cfg.device))) is not None:
-        raise ConfigError(f"{reason}; or pass --set train.precision=fp32 (other models: the "
-                          "precision is part of their identity) or --slow-bf16")
+        raise ConfigError(f"{reason}; or pass --slow-bf16")
 
 
 def precisions(cfg: Any) -> set[str]:

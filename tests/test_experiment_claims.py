@@ -457,7 +457,7 @@ def test_run_refuses_bf16_configs_where_bfloat16_has_no_kernels(monkeypatch, tmp
 
     cfg = config("bf16")
     monkeypatch.setattr(machine, "native_bf16", lambda device: False)
-    refusal = "without bfloat16 kernels.*train.precision=fp32.*--slow-bf16"  # and the ways out
+    refusal = "without bfloat16 kernels.*train.precision fp32.*--slow-bf16"  # and the ways out
     with pytest.raises(run.ConfigError, match=refusal):
         run.check_bf16_kernels(cfg, allow_slow=False)
     run.check_bf16_kernels(cfg, allow_slow=True)  # asked for: runs

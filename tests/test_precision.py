@@ -140,7 +140,8 @@ def _warning(planned: SimpleNamespace, todo: list, native: bool, monkeypatch) ->
 
 def test_bf16_without_bfloat16_kernels_is_said_before_training(monkeypatch):
     said = _warning(_planned(), [_job("bf16")], native=False, monkeypatch=monkeypatch)
-    assert said.count("\n") == 1 and "train.precision bf16" in said and "fp32" in said
+    assert said.count("\n") == 1 and "train.precision bf16" in said
+    assert "train.precision fp32" in said  # the way out that needs no other machine
     # a parent trained in bf16 counts too (a derived model starts from it)
     assert _warning(_planned(), [_job("fp32", parent=_job("bf16"))], False, monkeypatch)
     # silent: bfloat16 kernels present, fp32 models, nothing to train, Ray (other machines)

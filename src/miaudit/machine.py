@@ -61,7 +61,8 @@ def slow_bf16(device: torch.device) -> str | None:
     what = f"CPU ({cpu_capability()})" if device.type == "cpu" else str(device)
     return (f"train.precision bf16 on a {what} without bfloat16 kernels: autocast falls back "
             "to slow code (ResNet-14 trains ~10x slower than in fp32 on an AVX2 CPU); train "
-            "where bfloat16 is native (AVX512_BF16 or AMX CPU, Ampere or later GPU)")
+            "where bfloat16 is native (AVX512_BF16 or AMX CPU, Ampere or later GPU), or set "
+            "train.precision fp32 (other models: the precision is part of their identity)")
 
 
 def bf16_kernels(device: torch.device) -> bool | None:

@@ -124,8 +124,7 @@ def warn_slow_bf16(planned: Audit, todo: list[ModelJob], console: Console) -> No
         return
     reason = slow_bf16(train_device(planned.cfg, planned.device))
     if reason is not None:
-        console.print(escape(f"warning: {reason}, or set train.precision: fp32 (other model "
-                             "identities)"), style="yellow", soft_wrap=True)
+        console.print(escape(f"warning: {reason}"), style="yellow", soft_wrap=True)
 
 
 def checkpointing(run: RunDir, planned: Audit) -> Checkpointing | None:
