@@ -10,6 +10,12 @@ of the two committed results.json files they were computed from, to ``experiment
 (committed). claims.py uses an entry only while both digests still match the committed outputs,
 so a rerun never leaves a stale difference behind.
 
+A run directory rarely outlives its session here, so where one row's run directory is here and
+its partner's scores are not (not run yet, or its run directory gone), the scores the pair
+needs are kept beside the row's results.json (``outputs/<stem>.scores.npz``, committed;
+:mod:`miaudit.analysis.kept_scores`) and used in place of its run directory while they belong
+to the committed result: the partner, run in a later session, still pairs with it.
+
 Usage:
     python experiments/paired.py                  # every claim whose run directories are here
     python experiments/paired.py --runs /tmp/gpu  # also look for run directories under these
@@ -24,7 +30,9 @@ import os
 import sys
 from pathlib import Path
 
+from miaudit.analysis.kept_scores import SUFFIX, KeptScores, keep_scores, read_kept_scores
 from miaudit.analysis.paired_runs import NotPaired, paired_run_difference
+from miaudit.errors import RunDirError
 from miaudit.io import DIGEST_KEY, write_bytes
 from miaudit.metrics import HEADLINE_KEYS
 from miaudit.reporting.run_view import RunView
@@ -60,23 +68,77 @@ def pairs() -> list[tuple[C.Row, C.Row, tuple[str, ...]]]:
     return out
 
 
+def kept_path(row: C.Row) -> Path:
+    return C.HERE / row.experiment / "outputs" / f"{row.stem}.{SUFFIX}"
+
+
+def kept_for(row: C.Row, record: dict) -> KeptScores | None:
+    """The scores kept beside ``row``'s committed result, while they belong to it."""
+    path = kept_path(row)
+    if not path.exists():
+        return None
+    kept = read_kept_scores(path)
+    return kept if kept.result_digest == record.get(DIGEST_KEY) else None
+
+
+def scores_of(row: C.Row, record: dict | None, roots: list[Path]
+              ) -> RunView | KeptScores | None:
+    """Where ``row``'s per-sample scores are: its run directory while it holds the committed
+    ``record``, else the scores kept beside that record; None when neither (or not run)."""
+    if record is None:
+        return None
+    folder = run_dir(record, roots)
+    return RunView(folder) if folder is not None else kept_for(row, record)
+
+
 def compute(high: C.Row, low: C.Row, metrics: tuple[str, ...], roots: list[Path]
             ) -> tuple[dict | None, str]:
     """(entry or None, what happened)."""
     records = [C.load(row.experiment, row.stem) for row in (high, low)]
     if None in records:
         return None, "not run"
-    dirs = [run_dir(record, roots) for record in records]
-    if None in dirs:
-        return None, "run directory not here (or rescored since)"
     try:
-        found = paired_run_difference(RunView(dirs[0]), high.attack, RunView(dirs[1]),
-                                      low.attack, metrics)
+        sides = [scores_of(row, record, roots) for row, record in zip((high, low), records)]
+        if None in sides:
+            return None, "run directory not here (or rescored since)"
+        found = paired_run_difference(sides[0], high.attack, sides[1], low.attack, metrics)
     except NotPaired as error:
         return None, f"not paired: {error}"
-    except (OSError, ValueError) as error:  # e.g. scores of an attack the run lacks
+    except (OSError, ValueError, RunDirError) as error:  # e.g. an attack the run lacks
         return None, f"unreadable: {error}"
     return {"digests": [record.get(DIGEST_KEY) for record in records], **found}, "computed"
+
+
+def keep_for_later(wanted: list[tuple[C.Row, C.Row, tuple[str, ...]]], roots: list[Path]
+                   ) -> None:
+    """Keep the scores of every row whose run directory is here while its partner's scores
+    are not, with the attacks its pairs need (and those already kept for the same result)."""
+    needed: dict[Path, tuple[C.Row, Path, dict, set[str]]] = {}
+    for high, low, _ in wanted:
+        records = [C.load(row.experiment, row.stem) for row in (high, low)]
+        for (row, record), (other, other_record) in (((high, records[0]), (low, records[1])),
+                                                     ((low, records[1]), (high, records[0]))):
+            folder = run_dir(record, roots) if record else None
+            if folder is not None and not scores_here(other, other_record, roots):
+                entry = needed.setdefault(kept_path(row), (row, folder, record, set()))
+                entry[3].add(row.attack)
+    for path, (row, folder, record, labels) in needed.items():
+        try:
+            kept = kept_for(row, record)
+        except RunDirError:  # damaged: kept anew
+            kept = None
+        if kept is not None and labels <= set(kept.by_label):
+            continue
+        keep_scores(path, RunView(folder), labels | set(kept.by_label if kept else ()),
+                    record[DIGEST_KEY])
+        print(f"{'kept scores':>24}: {os.path.relpath(path)}")
+
+
+def scores_here(row: C.Row, record: dict | None, roots: list[Path]) -> bool:
+    try:
+        return scores_of(row, record, roots) is not None
+    except RunDirError:  # damaged kept scores: as good as none
+        return False
 
 
 def is_current(entry: dict | None, high: C.Row, low: C.Row, metrics: tuple[str, ...]) -> bool:
@@ -107,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         if entry is not None:
             stored[key] = entry
         print(f"{what:>24}: {key}")
+    keep_for_later(wanted, args.runs)
     write_bytes(C.PAIRED, (json.dumps(dict(sorted(stored.items())), indent=1) + "\n").encode())
     print(f"wrote {os.path.relpath(C.PAIRED)}")
 

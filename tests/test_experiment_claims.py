@@ -277,9 +277,6 @@ GROWN_TO_16 = [  # (16-model config, the 8-model config whose models it reuses),
                           ("8_fast_at_demem_1.0_16", "4_fast_at_demem_1.0"),
                           ("9_fast_at_matched_16", "5_fast_at_matched"))],
 ]
-# Grown configs retrained in fp32 on purpose (their headers say why: no bfloat16 kernels on the
-# CPU that ran them): new models, same memberships, initialisations and data order.
-RETRAINED_IN_FP32 = {"papers/B/fast_at_resnet14_seed1/8_fast_at_demem_1.0_16"}
 
 
 @pytest.mark.parametrize(("grown", "base"), GROWN_TO_16)
@@ -291,9 +288,6 @@ def test_a_config_grown_to_16_models_differs_from_its_base_only_in_num_models(gr
         return yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
     grown_config, base_config = load(grown), load(base)
     assert (grown_config.pop("num_models"), base_config.pop("num_models")) == (16, 8)
-    if grown in RETRAINED_IN_FP32:
-        precisions = grown_config["train"].pop("precision"), base_config["train"].pop("precision")
-        assert precisions == ("fp32", "bf16")
     assert grown_config == base_config
 
 
@@ -450,6 +444,42 @@ def test_paired_py_skips_only_entries_computed_from_the_committed_results(monkey
     assert not paired.is_current(None, high, low, ("auc",))
     summaries["low"]["sha256"] = "rerun"  # the low run was rerun: recompute
     assert not paired.is_current(entry, high, low, ("auc",))
+
+
+def test_paired_py_keeps_what_a_missing_partner_needs_and_pairs_with_it_later(
+        monkeypatch, tmp_path):
+    # A run directory rarely outlives its session: paired.py keeps the scores of a row whose
+    # partner is not here (not run yet), and the partner, run after the directory is gone,
+    # pairs with them; a rerun of the kept row (another digest) no longer does.
+    import json
+    import shutil
+
+    from miaudit.pipeline import audit
+
+    paired = load_script("experiments/paired.py")
+    folders = {stem: audit(validate_config(tiny_audit(tmp_path, **extra)),
+                           show_progress=False).run_dir
+               for stem, extra in (("high", {}), ("low", {"train": {"epochs": 2}}))}
+    records = {stem: json.loads((folder / "results.json").read_text())
+               for stem, folder in folders.items()}
+    committed = {"high": records["high"]}  # the low row is not run yet
+    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: committed.get(stem))
+    monkeypatch.setattr(claims, "HERE", tmp_path)
+    high, low = claims.Row("h", "e", "high"), claims.Row("l", "e", "low")
+    wanted = [(high, low, ("auc",))]
+    outputs = tmp_path / "e" / "outputs"
+
+    paired.keep_for_later(wanted, [])
+    assert sorted(p.name for p in outputs.iterdir()) == ["high.scores.npz"]
+    committed["low"] = records["low"]
+    both_here, _ = paired.compute(high, low, ("auc",), [])
+    shutil.rmtree(folders["high"])  # gone with its session
+    entry, what = paired.compute(high, low, ("auc",), [])
+    assert what == "computed" and entry == both_here
+    paired.keep_for_later(wanted, [])  # the low row's partner is kept: nothing more to keep
+    assert sorted(p.name for p in outputs.iterdir()) == ["high.scores.npz"]
+    committed["high"] = {**records["high"], "sha256": "a rerun"}
+    assert paired.compute(high, low, ("auc",), [])[1].startswith("run directory not here")
 
 
 def test_run_refuses_bf16_configs_where_bfloat16_has_no_kernels(monkeypatch, tmp_path):

@@ -140,3 +140,53 @@ def test_compare_paired_prints_each_run_minus_the_first(tmp_path):
     assert float(cells[4].split()[0]) == pytest.approx(auc[1] - auc[0], abs=6e-4)
     assert any(line.startswith("│ 3.") and "not paired: the audits score different pool "
                "samples" in line for line in lines[start:])  # another seed, another split
+
+
+def _paired_tiny_audits(tmp_path):
+    """Two tiny audits with the same memberships (only their epochs differ)."""
+    from conftest import tiny_audit
+    from miaudit.config import validate_config
+    from miaudit.pipeline import audit
+
+    return [audit(validate_config(tiny_audit(tmp_path, **extra)), show_progress=False).run_dir
+            for extra in ({}, {"train": {"epochs": 2, "batch_size": 32, "lr": 0.1}})]
+
+
+def test_kept_scores_pair_exactly_as_their_run_directory_did_once_it_is_gone(tmp_path):
+    # A run directory rarely outlives its session: the scores kept beside its results.json
+    # must give the partner run, made later, the same paired interval the directory would.
+    import shutil
+
+    from miaudit.analysis.kept_scores import keep_scores, read_kept_scores
+    from miaudit.analysis.paired_runs import paired_run_difference
+    from miaudit.reporting.run_view import RunView
+
+    first, second = _paired_tiny_audits(tmp_path)
+    expected = paired_run_difference(RunView(first), "lira", RunView(second), "lira")
+    assert "auc" in expected
+    path = tmp_path / "first.scores.npz"
+    keep_scores(path, RunView(first), ["lira", "loss"], "digest-of-first")
+    shutil.rmtree(first)
+    kept = read_kept_scores(path)
+    assert kept.result_digest == "digest-of-first" and sorted(kept.by_label) == ["lira", "loss"]
+    assert paired_run_difference(kept, "lira", RunView(second), "lira") == expected
+    with pytest.raises(ValueError, match="keeps no scores of attack 'rmia'"):
+        kept.scores("rmia")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damaged_kept_scores_are_refused_naming_the_file(tmp_path, damage):
+    from miaudit.analysis.kept_scores import keep_scores, read_kept_scores
+    from miaudit.errors import RunDirError
+    from miaudit.reporting.run_view import RunView
+
+    path = tmp_path / "run.scores.npz"
+    keep_scores(path, RunView(_paired_tiny_audits(tmp_path)[0]), ["lira"], "d")
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF  # inside the compressed scores: zlib or CRC-32 finds it
+    else:
+        data = data[: len(data) // 2]
+    path.write_bytes(bytes(data))
+    with pytest.raises(RunDirError, match=r"cannot read kept scores .*run\.scores\.npz"):
+        read_kept_scores(path)

@@ -76,12 +76,11 @@ def paired_run_difference(run_a: Any, label_a: str, run_b: Any, label_b: str,
                           keys: Sequence[str] = metrics.HEADLINE_KEYS) -> dict[str, dict[str, Any]]:
     """:func:`paired_difference` of attack ``label_a`` of audit ``run_a`` minus ``label_b`` of
     ``run_b`` (:class:`miaudit.reporting.run_view.RunView` objects of run directories that hold
-    their scores); :class:`NotPaired` when the audits do not share their memberships."""
-    from miaudit.rundir import RunDir
-
+    their scores, or :class:`miaudit.analysis.kept_scores.KeptScores`); :class:`NotPaired` when
+    the audits do not share their memberships."""
     for run in (run_a, run_b):
         if not run.has_scores():
             raise NotPaired(f"{run.root} holds no scores (only results.json was kept)")
-    check_paired(run_a.targets, run_b.targets, RunDir(run_a.root).read_split()["audited"],
-                 RunDir(run_b.root).read_split()["audited"], run_a.members, run_b.members)
+    check_paired(run_a.targets, run_b.targets, run_a.audited, run_b.audited, run_a.members,
+                 run_b.members)
     return paired_difference(run_a.scores(label_a), run_b.scores(label_b), run_a.members, keys)

@@ -263,6 +263,13 @@ class RunView:
 
         return audited_members(self.root, self.summary.targets)
 
+    @cached_property
+    def audited(self) -> np.ndarray:
+        """(A,) the pool indices of the audited samples (the columns of the stored scores)."""
+        from miaudit.rundir import RunDir
+
+        return RunDir(self.root).read_split()["audited"]
+
     def has_scores(self) -> bool:
         return (self.root / _or(self.summary.scores_dir, "-")).is_dir() and \
             (self.root / "keep.npy").exists()
