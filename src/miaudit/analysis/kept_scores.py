@@ -18,11 +18,15 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from miaudit.errors import RunDirError
 from miaudit.io import write_bytes
+
+if TYPE_CHECKING:
+    from miaudit.reporting.run_view import RunView
 
 SUFFIX = "scores.npz"  # beside <stem>.results.json: <stem>.scores.npz
 
@@ -50,9 +54,9 @@ class KeptScores:
         return self.by_label[label]
 
 
-def keep_scores(path: Path, run, labels: Iterable[str], result_digest: str) -> None:
-    """Write ``run``'s (a RunView of a run directory that holds its scores) scores of the
-    attacks ``labels`` to ``path``, atomically."""
+def keep_scores(path: Path, run: RunView, labels: Iterable[str], result_digest: str) -> None:
+    """Write the scores of attacks ``labels`` of ``run`` (a run directory that holds them),
+    with what pairing needs besides, to ``path``, atomically."""
     labels = sorted(set(labels))
     arrays = {"result_digest": np.array(result_digest), "labels": np.array(labels),
               "targets": np.asarray(run.targets, np.int64),
