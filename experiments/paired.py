@@ -115,9 +115,8 @@ def keep_for_later(wanted: list[tuple[C.Row, C.Row, tuple[str, ...]]], roots: li
     are not, with the attacks its pairs need (and those already kept for the same result)."""
     needed: dict[Path, tuple[C.Row, Path, dict, set[str]]] = {}
     for high, low, _ in wanted:
-        records = [C.load(row.experiment, row.stem) for row in (high, low)]
-        for (row, record), (other, other_record) in (((high, records[0]), (low, records[1])),
-                                                     ((low, records[1]), (high, records[0]))):
+        sides = [(row, C.load(row.experiment, row.stem)) for row in (high, low)]
+        for (row, record), (other, other_record) in (sides, sides[::-1]):
             folder = run_dir(record, roots) if record else None
             if folder is not None and not scores_here(other, other_record, roots):
                 entry = needed.setdefault(kept_path(row), (row, folder, record, set()))

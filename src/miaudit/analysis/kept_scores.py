@@ -6,7 +6,7 @@ outlive its machine or session takes them with it, and the partner audit, run la
 nothing to pair with. This file keeps them: the targets, the audited pool indices, the
 memberships (targets x audited) and the named attacks' scores as stored (float64: metrics
 recomputed from them equal the run's), with the digest of the results.json they belong to, so
-that a reader uses them for that result only. ~2.8 MB per attack for 16 targets x 21,600
+that a reader uses them for that result only. ~2.7 MB per attack for 16 targets x 21,600
 samples (random-looking floats barely compress).
 """
 
