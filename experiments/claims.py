@@ -747,7 +747,7 @@ def plan_text() -> str:
         claims = [claim for claim in CLAIMS if experiment in experiments_of(claim)]
         waiting = [claim for claim in claims if any(
             row and row.experiment == experiment and row.stem in to_run + planned
-            for row in rows_of(claim))]
+            for seed in (None, *claim.seeds) for row in rows_of(claim, seed))]
         lines.append(f"{experiment}: configs {len(configs)}; without results: "
                      f"{', '.join(to_run) or 'none'}; planned: {', '.join(planned) or 'none'}; "
                      f"decides {len(claims)} claims, {len(waiting)} waiting for these runs")

@@ -266,6 +266,23 @@ def test_rows_below_the_floor_at_every_seed_are_a_failed_run_not_a_disagreement(
         claims.claims_table())
 
 
+def test_the_plan_counts_a_claim_waiting_for_its_second_seed(monkeypatch, tmp_path):
+    # The claim's rows name seed 0's experiment; seed 1's missing config still holds it back.
+    claim = _seeded_claim(monkeypatch, {"s0": (0.7, 0.6), "s1": (0.7,)})  # s1: no "low"
+    for experiment in ("s0", "s1"):
+        (tmp_path / experiment).mkdir()
+        for stem in ("high", "low"):
+            (tmp_path / experiment / f"{stem}.yaml").write_text("")
+    monkeypatch.setattr(claims, "HERE", tmp_path)
+    monkeypatch.setattr(claims, "QUEUE", ["s0", "s1"])
+    monkeypatch.setattr(claims, "CLAIMS", [claim])
+    plan = claims.plan_text()
+    assert "s0: configs 2; without results: none; planned: none; decides 1 claims, 0 waiting" in (
+        plan)
+    assert "s1: configs 2; without results: low; planned: none; decides 1 claims, 1 waiting" in (
+        plan)
+
+
 GROWN_TO_16 = [  # (16-model config, the 8-model config whose models it reuses), per seed folder
     *[(f"papers/C/rotation16{seed}/{stem}", f"papers/C/rotation{seed}/{stem}")
       for seed in ("", "_seed1")
