@@ -1,5 +1,5 @@
 """User and system (kernel) CPU-seconds of query forwards and training steps with glibc's
-malloc defaults and with miaudit's setting (:mod:`miaudit.allocator`: freed memory kept for
+malloc defaults and with miaudit's setting (:mod:`miaudit._runtime.allocator`: freed memory kept for
 reuse), each case in a fresh process (the setting is process-wide), the two alternated,
 median over repeats. Random weights and inputs, CIFAR-10 shape, width 1, 1 thread.
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 from record import recorded
 
-from miaudit.allocator import OPT_OUT_VARIABLE
+from miaudit._runtime.allocator import OPT_OUT_VARIABLE
 
 # One case in a fresh process: build, warm up once, then time `rounds` calls.
 CASE = """
 import json, resource, sys, torch
-from miaudit.allocator import keep_freed_memory
+from miaudit._runtime.allocator import keep_freed_memory
 keep_freed_memory()
 torch.set_num_threads(1)
 torch.manual_seed(0)

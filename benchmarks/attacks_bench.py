@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _auc(scores: np.ndarray, members: np.ndarray) -> float:
-    from miaudit.metrics import summarize
+    from miaudit.stats.metrics import summarize
 
     return summarize(scores, members, fpr_levels=())["auc"]
 

@@ -10,7 +10,7 @@ The world (``miaudit.analysis.synthetic_world``): per-sample difficulty and memb
 per-model offset and memorization strength, model-by-sample noise; its population ROC from
 quadrature, checked here against a direct simulation of 2 x 10^7 scores. Each simulated
 audit: 16 models under rotation (complementary pairs), N samples, pooled estimates; the new
-interval is the crossed (samples x targets) bootstrap of ``miaudit.intervals`` with the
+interval is the crossed (samples x targets) bootstrap of ``miaudit.stats.intervals`` with the
 audit's default number of replicates; the old ones are the pooled Clopper-Pearson interval
 (TPR) and the t interval over per-target AUCs. Prints a Markdown table (coverage, mean width).
 ``--cost`` times ``replicate_metrics`` (all metrics, one attack) on random scores.
@@ -28,8 +28,8 @@ import time
 import numpy as np
 from record import recorded
 
-from miaudit import intervals, metrics
 from miaudit.analysis.synthetic_world import World, coverage_study, paired_coverage_study
+from miaudit.stats import intervals, metrics
 
 NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC"}
 

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from record import recorded
 
+from miaudit.auditor.design import make_plan, model_seed
 from miaudit.data import make_pool
 from miaudit.executors import Job, LocalExecutor, resolve
 from miaudit.models import build_model
-from miaudit.planning import make_plan, model_seed
 from miaudit.queries import query_outputs
 from miaudit.registry import DATASETS, RECIPES
 from miaudit.training import TrainEnv, TrainParams

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from miaudit.io import write_bytes
+from miaudit._runtime.io import write_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -83,13 +83,14 @@ def cpu_kernels() -> dict[str, Any]:
     whether bfloat16 has kernels here (without, bf16 runs many times slower than fp32)."""
     import torch
 
-    from miaudit.machine import bf16_kernels, cpu_capability
+    from miaudit._runtime.machine import bf16_kernels, cpu_capability
 
     return {"cpu_capability": cpu_capability(), "bf16_kernels": bf16_kernels(torch.device("cpu"))}
 
 
 def cpu_text(machine: dict[str, Any]) -> str:
-    from miaudit.machine import BF16_ANSWERS  # imports torch: only for records that used it
+    from miaudit._runtime.machine import BF16_ANSWERS  # imports torch: only for records that used
+                                                       # it
 
     return (f", {machine['cpu_capability']}, bfloat16 kernels "
             f"{BF16_ANSWERS[machine['bf16_kernels']]}")

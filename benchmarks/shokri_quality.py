@@ -26,10 +26,10 @@ import numpy as np
 from record import recorded
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from miaudit import metrics
 from miaudit.attacks import AttackInput, shokri
 from miaudit.attacks.shokri import Shokri, sorted_log_probs
 from miaudit.registry import ATTACKS
+from miaudit.stats import metrics
 
 
 class SortedShokri(Shokri):

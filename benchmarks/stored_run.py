@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from miaudit import pipeline
+from miaudit._runtime.io import read_json
 from miaudit.attacks import AttackInput
+from miaudit.auditor import stages as pipeline
+from miaudit.auditor.rundir import RunDir
 from miaudit.config import validate_config
-from miaudit.io import read_json
-from miaudit.rundir import RunDir
 
 
 def load_run(run_dir: str | Path) -> tuple[AttackInput, dict[str, Any]]:

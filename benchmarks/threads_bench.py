@@ -15,9 +15,9 @@ import time
 import torch
 from record import recorded
 
+from miaudit._runtime.threads import available_cores
 from miaudit.models import build_model
 from miaudit.registry import DATASETS
-from miaudit.threads import available_cores
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from record import recorded
 from torch.utils.flop_counter import FlopCounterMode
 
-from miaudit.machine import BF16_ANSWERS, bf16_kernels
+from miaudit._runtime.machine import BF16_ANSWERS, bf16_kernels
 from miaudit.models import build_model
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.precision import autocast_context, input_layout, training_layout

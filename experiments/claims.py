@@ -19,7 +19,7 @@ must cover what a rerun with new models would see):
 - Older results.json files (every committed output so far: they keep per-target summaries,
   not per-sample scores, so the bootstrap cannot be recomputed), rotation protocol: the
   pooled value +- z * sqrt(between-target variance / T + mean per-target sampling variance)
-  (``miaudit.intervals.target_summary_interval``: binomial for TPR, Hanley-McNeil for AUC;
+  (``miaudit.stats.intervals.target_summary_interval``: binomial for TPR, Hanley-McNeil for AUC;
   the second term counts the sample draw as fully shared by the targets, an upper bound, so
   the interval errs wide: 100% coverage where the bootstrap has 95% in the synthetic world of
   ``benchmarks/interval_coverage.py``). One fixed target: the exact Clopper-Pearson interval
@@ -35,7 +35,7 @@ Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate
 direction, *not reproduced* when they separate the other way, *inconclusive* when they overlap.
 Two attacks of one run (same targets, same samples; results.json written since the paired
 differences were added) are compared by the paired-bootstrap interval of their difference
-instead (``differences`` in results.json, :func:`miaudit.intervals.add_paired_differences`):
+instead (``differences`` in results.json, :func:`miaudit.stats.intervals.add_paired_differences`):
 reproduced when it excludes 0 in the paper's direction (an inconclusive "greater" claim says
 what scale would decide it: :func:`scale_to_decide`). So are two runs with the same
 memberships (same data, seed, number of models, protocol), from the entries that
@@ -67,11 +67,11 @@ from pathlib import Path
 import yaml
 from scipy.stats import norm, t
 
-from miaudit.intervals import hanley_mcneil_variance, target_summary_interval
-from miaudit.io import DIGEST_KEY
-from miaudit.metrics import clopper_pearson
+from miaudit._runtime.io import DIGEST_KEY
 from miaudit.privacy.bounds import roc_bound
 from miaudit.results import reference_models
+from miaudit.stats.intervals import hanley_mcneil_variance, target_summary_interval
+from miaudit.stats.metrics import clopper_pearson
 
 HERE = Path(__file__).resolve().parent
 README = HERE / "README.md"

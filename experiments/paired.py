@@ -30,13 +30,13 @@ import os
 import sys
 from pathlib import Path
 
+from miaudit._runtime.io import DIGEST_KEY, write_bytes
 from miaudit.analysis.kept_scores import SUFFIX, KeptScores, keep_scores, read_kept_scores
 from miaudit.analysis.paired_runs import NotPaired, paired_run_difference
 from miaudit.errors import RunDirError
-from miaudit.io import DIGEST_KEY, write_bytes
-from miaudit.metrics import HEADLINE_KEYS
 from miaudit.reporting.run_view import RunView
 from miaudit.results import holds_result
+from miaudit.stats.metrics import HEADLINE_KEYS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import claims as C  # noqa: E402  (the claims' rows, seeds and committed outputs)

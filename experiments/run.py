@@ -25,17 +25,17 @@ from typing import Any
 from rich.console import Console
 
 import miaudit
+from miaudit._runtime.io import DIGEST_KEY
+from miaudit._runtime.machine import slow_bf16
+from miaudit.auditor.parents import parent_configs
+from miaudit.auditor.stages.plan import resolve_device
 from miaudit.cli import parse_set_items
 from miaudit.errors import ConfigError, MiauditError, RunDirError
-from miaudit.io import DIGEST_KEY
-from miaudit.machine import slow_bf16
-from miaudit.parents import parent_configs
-from miaudit.report import model_line, privacy_line
 from miaudit.reporting.compare import Comparison, comparison, write_compare_html
 from miaudit.reporting.compare import markdown as comparison_markdown
 from miaudit.reporting.run_view import RunView
+from miaudit.reporting.terminal import model_line, privacy_line
 from miaudit.results import Summary, holds_result, read_results
-from miaudit.stages.plan import resolve_device
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -202,7 +202,7 @@ def main() -> None:
 
 def check_bf16_kernels(cfg: Any, allow_slow: bool) -> None:
     """Refuse a config that trains a model (target, reference or a parent either starts from)
-    in bf16 where bfloat16 has no kernels (``miaudit.machine.slow_bf16``): ~10x slower than
+    in bf16 where bfloat16 has no kernels (``miaudit._runtime.machine.slow_bf16``): ~10x slower than
     fp32, and ~30x slower than the costs experiments/README.md plans with (2026-12-01: an AVX2
     CPU, 20 minutes lost before a model finished)."""
     if allow_slow or cfg.executor.name == "ray" or "bf16" not in precisions(cfg):

@@ -1,4 +1,4 @@
-"""The allocator setting (miaudit.allocator): freed tensor memory is reused, not faulted in
+"""The allocator setting (miaudit._runtime.allocator): freed tensor memory is reused, not faulted in
 anew from the kernel; the opt-out is honoured; audits and worker processes apply it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_audit
-from miaudit import allocator
+from miaudit._runtime import allocator
+from miaudit.auditor.stages import plan
 from miaudit.config import validate_config
-from miaudit.stages import plan
 
 # Allocates, fills and frees a 64 MiB tensor (above glibc's largest adaptive mmap threshold)
 # after the process worker initializer ran: ten rounds to let the heap settle (torch's

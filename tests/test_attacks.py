@@ -9,13 +9,13 @@ import pytest
 from scipy.special import logsumexp
 from scipy.stats import norm
 
-from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.attacks._common import masked_median
 from miaudit.attacks.rmia import relative_score
 from miaudit.attacks.shokri import sorted_log_probs
 from miaudit.attacks.song_mittal import best_threshold, modified_entropy, prediction_entropy
 from miaudit.registry import ATTACKS
+from miaudit.stats import metrics
 
 EXPECTED = {"loss", "lira", "shokri", "song_mittal", "correctness", "watson", "attack_p",
             "attack_r", "rmia", "rmia_simple", "dropout_search"}

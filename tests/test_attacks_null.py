@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.registry import ATTACKS, parse_spec
+from miaudit.stats import metrics
 
 MODELS, SAMPLES, POPULATION, CLASSES = 8, 3000, 600, 2
 QUERIES = ["identity", "flip"]

@@ -8,7 +8,9 @@ import torch
 import yaml
 
 from conftest import REPO, tiny_audit
-from miaudit import modeljob, pipeline, registry
+from miaudit import registry
+from miaudit.auditor import modeljob
+from miaudit.auditor import stages as pipeline
 from miaudit.config import ConfigError, load_config, validate_config
 from miaudit.registry import MODELS, parse_spec
 

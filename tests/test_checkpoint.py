@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from miaudit.auditor.modeljob import train_model
+from miaudit.auditor.stages import audit, plan_audit
 from miaudit.config import build_recipe, validate_config
-from miaudit.modeljob import train_model
-from miaudit.pipeline import audit, plan_audit
 from miaudit.recipes.standard import Standard
 from miaudit.registry import RECIPES
 from miaudit.training.checkpoint import Checkpoint, Checkpointing
@@ -241,7 +241,7 @@ def test_an_audit_drops_each_checkpoint_once_its_model_is_saved(tmp_path):
 AUDIT_SCRIPT = """
 import os, sys, warnings
 import torch
-from miaudit.pipeline import audit
+from miaudit.auditor.stages import audit
 from miaudit.training.checkpoint import Checkpoint
 torch.set_num_threads(1)
 warnings.simplefilter("ignore")
@@ -262,8 +262,8 @@ def test_an_audit_killed_mid_training_resumes_where_it_was(tmp_path):
     import subprocess
     import sys
 
-    from miaudit.io import read_json, read_tensors
-    from miaudit.rundir import MODEL_RECORD
+    from miaudit._runtime.io import read_json, read_tensors
+    from miaudit.auditor.rundir import MODEL_RECORD
 
     config = {**BASE, "model": SMALL, "share_models": False,
               "train": {"epochs": 6, "batch_size": 16},
@@ -294,8 +294,8 @@ def test_a_first_run_stopped_after_a_checkpoint_keeps_its_run_directory(tmp_path
                                                                         monkeypatch):
     """Ctrl-C before the first model is saved: the run directory (otherwise removed as empty)
     is kept for its checkpoint, and the rerun resumes from it."""
-    from miaudit.io import read_json
-    from miaudit.rundir import MODEL_RECORD
+    from miaudit._runtime.io import read_json
+    from miaudit.auditor.rundir import MODEL_RECORD
 
     config = {**BASE, "model": SMALL, "share_models": False, "output_dir": str(tmp_path),
               "train": {"epochs": 4, "batch_size": 32},

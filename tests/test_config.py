@@ -122,7 +122,7 @@ def test_registry_create_is_the_one_value_error_translation():
 
 
 def test_an_output_defense_must_derive_from_the_base_class(monkeypatch):
-    from miaudit.components import build_output_defense
+    from miaudit.auditor.components import build_output_defense
     from miaudit.registry import OUTPUT_DEFENSES
 
     monkeypatch.setitem(OUTPUT_DEFENSES._entries, "duck", lambda: object())

@@ -102,12 +102,12 @@ def test_components_and_specs_do_not_import_the_config():
     import ast
     import importlib
 
-    for module in ("miaudit.components", "miaudit.specs"):
+    for module in ("miaudit.auditor.components", "miaudit.auditor.specs"):
         tree = ast.parse(open(importlib.import_module(module).__file__).read())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                      for alias in node.names}
-        assert "miaudit.config" not in imported and "miaudit.stages" not in imported, module
+        assert "miaudit.config" not in imported and "miaudit.auditor.stages" not in imported, module
 
 
 def test_a_declared_check_sees_every_option_with_its_default():
@@ -132,7 +132,7 @@ def test_a_declared_check_sees_every_option_with_its_default():
 
 
 def test_attacks_must_derive_from_the_attack_base(monkeypatch):
-    from miaudit.components import build_attack
+    from miaudit.auditor.components import build_attack
     from miaudit.registry import ATTACKS
 
     monkeypatch.setitem(ATTACKS._entries, "duck", lambda: object())
@@ -144,7 +144,7 @@ def test_attacks_must_derive_from_the_attack_base(monkeypatch):
 def test_messages_show_a_configured_spec_as_written():
     import numpy as np
 
-    from miaudit.stages.score import apply_output_defense
+    from miaudit.auditor.stages.score import apply_output_defense
 
     cfg = validate_config({"output_defense": {"name": "memguard"},
                            "data": {"holdout_size": 0.1}})

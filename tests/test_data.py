@@ -390,7 +390,7 @@ def test_loading_never_writes_into_the_data_folder(tmp_path, monkeypatch):
 
 
 def test_pool_digest_sees_inputs_labels_and_shapes():
-    from miaudit.identity import pool_digest
+    from miaudit.auditor.identity import pool_digest
 
     x, y = torch.zeros(4, 3), torch.tensor([0, 1, 0, 1])
     base = pool_digest(x, y)

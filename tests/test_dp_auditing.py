@@ -226,7 +226,7 @@ def test_bad_options_are_refused():
 
 # -- canaries -----------------------------------------------------------------------------------
 def test_canaries_kinds_and_disjoint_base():
-    from miaudit.privacy.canary import inclusion_bits, make_canaries
+    from miaudit.dp_audit.canary import inclusion_bits, make_canaries
 
     x = torch.arange(40, dtype=torch.float32).reshape(40, 1, 1, 1)
     y = torch.arange(40) % 4
@@ -247,7 +247,7 @@ def test_canaries_kinds_and_disjoint_base():
 def test_config_is_validated_before_training():
     from pydantic import ValidationError
 
-    from miaudit.privacy.canary import DPAuditConfig
+    from miaudit.dp_audit.canary import DPAuditConfig
 
     with pytest.raises(ValidationError):
         DPAuditConfig(runs=1)
@@ -265,7 +265,7 @@ def test_config_is_validated_before_training():
 
 def test_one_run_audit_end_to_end_tiny():
     """A tiny non-private MLP memorizes mislabelled canaries: the bound is positive."""
-    from miaudit.privacy.canary import run_dp_audit
+    from miaudit.dp_audit.canary import run_dp_audit
 
     torch.set_num_threads(1)
     report = run_dp_audit({

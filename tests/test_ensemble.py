@@ -66,9 +66,9 @@ def test_ensemble_rejects_batchnorm_dropout_and_unequal_members():
 
 
 def test_train_ensemble_returns_what_train_model_returns():
+    from miaudit.auditor.modeljob import train_ensemble, train_model
+    from miaudit.auditor.stages import plan_audit
     from miaudit.config import validate_config
-    from miaudit.modeljob import train_ensemble, train_model
-    from miaudit.pipeline import plan_audit
 
     planned = plan_audit(validate_config({
         "data": {"name": "digits", "pool_size": 120}, "num_models": 4,

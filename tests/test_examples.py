@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from miaudit._runtime.importpath import import_callable
 from miaudit.data import DataSplits
-from miaudit.importpath import import_callable
 from miaudit.recipes.user_function import UserFunction
 from miaudit.training.engine import TrainEnv, TrainParams, accuracy
 

@@ -459,8 +459,8 @@ def test_an_audit_on_processes_equals_the_local_audit(tmp_path: Path) -> None:
     """The train and query stages through a pool of two worker processes: same models, same
     outputs (a stochastic query too: its seed travels with the job), same numbers."""
     from conftest import tiny_audit
+    from miaudit.auditor.stages import audit
     from miaudit.config import validate_config
-    from miaudit.pipeline import audit
 
     queries = ["identity", "dropout:p=0.1,n=2"]
     local = audit(validate_config(tiny_audit(tmp_path / "local", share_models=False,
@@ -484,8 +484,8 @@ def test_an_audit_on_ray_equals_the_local_audit(cluster: Any, tmp_path: Path) ->
     """The train and query stages through a real two-node cluster: same models, same
     numbers."""
     from conftest import tiny_audit
+    from miaudit.auditor.stages import audit
     from miaudit.config import validate_config
-    from miaudit.pipeline import audit
 
     local = audit(validate_config(tiny_audit(tmp_path / "local", share_models=False)),
                   show_progress=False)
@@ -509,8 +509,8 @@ def test_stored_weights_travel_as_their_content(tmp_path: Path) -> None:
 
     import torch
 
-    from miaudit.io import write_tensors
-    from miaudit.stages.query import StoredWeights
+    from miaudit._runtime.io import write_tensors
+    from miaudit.auditor.stages.query import StoredWeights
 
     path = tmp_path / "weights.safetensors"
     weights = StoredWeights(path)  # no file yet: nothing is read when the job is made

@@ -9,7 +9,7 @@ import yaml
 from sklearn.metrics import roc_auc_score
 
 from conftest import load_script, tiny_audit
-from miaudit import machine
+from miaudit._runtime import machine
 from miaudit.config import validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -471,7 +471,7 @@ def test_paired_py_keeps_what_a_missing_partner_needs_and_pairs_with_it_later(
     import json
     import shutil
 
-    from miaudit.pipeline import audit
+    from miaudit.auditor.stages import audit
 
     paired = load_script("experiments/paired.py")
     folders = {stem: audit(validate_config(tiny_audit(tmp_path, **extra)),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from miaudit.external import (
+from miaudit.results.external import (
     ExternalOutputsError,
     read_any,
     read_bundle,
@@ -179,7 +179,7 @@ def test_keep_balance_policies(tmp_path, caplog):
     with pytest.raises(ExternalOutputsError, match=r"1 samples are IN for every model and 1 "
                                                    r"are IN for none \(the first: sample 4\)"):
         read_outputs(*args, balance="error")
-    with caplog.at_level(logging.WARNING, logger="miaudit.external"):
+    with caplog.at_level(logging.WARNING, logger="miaudit.results.external"):
         read_outputs(*args)  # the default warns and goes on
     assert "IN for every model" in caplog.text
     caplog.clear()

@@ -22,11 +22,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import modeljob, pipeline, scoring
+from miaudit.auditor import modeljob
+from miaudit.auditor import stages as pipeline
+from miaudit.auditor.rundir import RunDir
 from miaudit.cli import app
 from miaudit.config import validate_config
 from miaudit.errors import ConfigError
-from miaudit.rundir import RunDir
+from miaudit.results import scoring
 
 
 @pytest.fixture(autouse=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from miaudit import intervals, metrics
 from miaudit.analysis.synthetic_world import World, balanced_memberships, coverage_study
+from miaudit.stats import intervals, metrics
 
 LEVELS = (1e-3, 1e-2, 0.3)
 #: The synthetic world's population truth (World() defaults), by quadrature; a direct

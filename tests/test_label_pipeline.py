@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
+from miaudit.analysis.reference_planner import enough_references, nested_order, reference_counts
+from miaudit.auditor.stages import audit
 from miaudit.cli import app
 from miaudit.config import validate_config
-from miaudit.reference_planner import enough_references, nested_order, reference_counts
-from miaudit.stages import audit
 
 LABEL_ATTACKS = ["loss", "lira", "label_augmentation", "label_augmentation:calibrate=true",
                  "boundary_distance", "qmia"]
@@ -90,8 +90,8 @@ def test_output_defenses_leave_boundary_distances_alone():
     """Label-only MemGuard keeps every label: it leaves the stored distances as they are and
     defends the score column; a defense that may change labels is refused with boundary
     queries (the distances would describe a model nobody queries)."""
+    from miaudit.auditor.stages.score import apply_output_defense
     from miaudit.errors import ConfigError
-    from miaudit.stages.score import apply_output_defense
 
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, 6, 2, 3)).astype(np.float32)

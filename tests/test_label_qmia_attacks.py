@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.attacks.qmia import hinge_score, pinball_loss
-from miaudit.label_queries import boundary_distances, hop_skip_jump, is_label_only
 from miaudit.queries import build_query, expand_queries
+from miaudit.queries.labels import boundary_distances, hop_skip_jump, is_label_only
 from miaudit.registry import ATTACKS, parse_spec
+from miaudit.stats import metrics
 from test_attacks_null import MODELS, SAMPLES, World
 
 

@@ -10,7 +10,7 @@ from scipy.stats import binomtest
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from miaudit import metrics
+from miaudit.stats import metrics
 
 # Hand-worked case: members score {0.9, 0.8, 0.1}, non-members {0.8, 0.3}.
 SCORES = np.array([0.9, 0.8, 0.8, 0.3, 0.1])

@@ -4,8 +4,8 @@ interval of their difference (miaudit.analysis.paired_runs)."""
 import numpy as np
 import pytest
 
-from miaudit import metrics
 from miaudit.analysis.paired_runs import NotPaired, check_paired, paired_difference
+from miaudit.stats import metrics
 
 
 def _world(seed: int, targets: int = 6, samples: int = 600, signal: float = 0.5):
@@ -48,7 +48,7 @@ def test_a_leaking_run_is_decided_above_a_non_leaking_one_and_not_the_reverse():
 def test_pairing_is_narrower_than_the_overlap_of_two_intervals():
     # Both runs leak a little differently; the shared difficulty makes their AUCs move
     # together across resamples, so the paired interval is narrower than either run's own.
-    from miaudit import intervals
+    from miaudit.stats import intervals
 
     members, run, _ = _world(3, signal=0.3)
     a, b = run(0.35), run(0.3)
@@ -117,9 +117,9 @@ def test_compare_paired_prints_each_run_minus_the_first(tmp_path):
     from typer.testing import CliRunner
 
     from conftest import tiny_audit
+    from miaudit.auditor.stages import audit
     from miaudit.cli import app
     from miaudit.config import validate_config
-    from miaudit.pipeline import audit
     from miaudit.reporting.run_view import RunView
 
     runs = [audit(validate_config(tiny_audit(tmp_path, attacks=["loss"], **extra)),
@@ -145,8 +145,8 @@ def test_compare_paired_prints_each_run_minus_the_first(tmp_path):
 def _paired_tiny_audits(tmp_path):
     """Two tiny audits with the same memberships (only their epochs differ)."""
     from conftest import tiny_audit
+    from miaudit.auditor.stages import audit
     from miaudit.config import validate_config
-    from miaudit.pipeline import audit
 
     return [audit(validate_config(tiny_audit(tmp_path, **extra)), show_progress=False).run_dir
             for extra in ({}, {"train": {"epochs": 2, "batch_size": 32, "lr": 0.1}})]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from miaudit import modeljob
+from miaudit.auditor import modeljob
+from miaudit.auditor.modeljob import train_model
+from miaudit.auditor.stages import audit, plan_audit
 from miaudit.config import validate_config
-from miaudit.modeljob import train_model
-from miaudit.pipeline import audit, plan_audit
 
 # device cpu: bit-identity is a CPU property (cuDNN's convolution gradients are not
 # deterministic, so on CUDA even two trainings in one go differ in the last bits)

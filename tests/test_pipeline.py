@@ -9,12 +9,14 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import allocator, modeljob, pipeline
+from miaudit._runtime import allocator
+from miaudit._runtime.machine import bf16_kernels, native_bf16
+from miaudit.auditor import modeljob
+from miaudit.auditor import stages as pipeline
+from miaudit.auditor.stages import audit
+from miaudit.auditor.stages import query as stage_query
 from miaudit.cli import app
 from miaudit.config import load_config, validate_config
-from miaudit.machine import bf16_kernels, native_bf16
-from miaudit.pipeline import audit
-from miaudit.stages import query as stage_query
 
 
 def _quiet(config):

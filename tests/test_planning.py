@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from miaudit.auditor.design import balanced_keep, half_split, make_plan, make_split, model_seed
 from miaudit.errors import ConfigError
-from miaudit.planning import balanced_keep, half_split, make_plan, make_split, model_seed
 
 
 @pytest.mark.parametrize("models", [2, 4, 16, 64])

@@ -10,10 +10,10 @@ import pytest
 import torch
 from rich.console import Console
 
-from miaudit import machine
+from miaudit._runtime import machine
+from miaudit.auditor.stages import train as train_stage
 from miaudit.config import ConfigError, validate_config
 from miaudit.models import build_model
-from miaudit.stages import train as train_stage
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit, predict_logits
 
 

@@ -9,7 +9,7 @@ from sklearn.metrics import roc_auc_score
 
 import miaudit
 from miaudit.errors import ConfigError, RunDirError
-from miaudit.external import validate_outputs
+from miaudit.results.external import validate_outputs
 
 
 def _outputs(models=16, samples=400, classes=3, target_learns=True, seed=0):
@@ -30,8 +30,8 @@ def _outputs(models=16, samples=400, classes=3, target_learns=True, seed=0):
 
 def test_public_names_resolve():
     from miaudit.attacks.suite import evaluate
-    from miaudit.scoring import score
-    from miaudit.stages import Results, audit
+    from miaudit.auditor.stages import Results, audit
+    from miaudit.results.scoring import score
 
     assert miaudit.audit is audit and miaudit.Results is Results
     assert miaudit.score is score and miaudit.attacks.evaluate is evaluate

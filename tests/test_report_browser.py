@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_audit
+from miaudit.auditor.stages import audit
 from miaudit.cli.compare import exposed_from_config
-from miaudit.pipeline import audit
 from miaudit.reporting.browser import BrowserUnavailable, check_page, find_binaries
 from miaudit.reporting.compare import comparison, write_compare_html
 from miaudit.reporting.html import write_html_report

@@ -12,10 +12,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import metrics
+from miaudit.auditor.stages import audit
 from miaudit.cli import app
 from miaudit.cli.compare import exposed_from_config
-from miaudit.pipeline import audit
 from miaudit.reporting.compare import (
     CompareError,
     Comparison,
@@ -32,6 +31,7 @@ from miaudit.reporting.figures import distinct_colors, resample_roc
 from miaudit.reporting.html import write_html_report
 from miaudit.reporting.run_view import RunView
 from miaudit.results import read_results, write_results
+from miaudit.stats import metrics
 
 ATTACKS = ["loss", "lira", "lira:offline=true"]
 

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from miaudit.errors import RunDirError, RunLockedError
-from miaudit.io import (
+from miaudit._runtime.io import (
     atomic_write,
     read_array,
     read_json,
@@ -15,7 +14,8 @@ from miaudit.io import (
     sweep_temporaries,
     write_array,
 )
-from miaudit.rundir import LAYOUT, ModelCache, RunDir, scores_name
+from miaudit.auditor.rundir import LAYOUT, ModelCache, RunDir, scores_name
+from miaudit.errors import RunDirError, RunLockedError
 
 
 def test_failed_write_leaves_neither_file_nor_temporary(tmp_path):

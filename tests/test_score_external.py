@@ -6,10 +6,10 @@ import numpy as np
 from typer.testing import CliRunner
 
 from conftest import tiny_audit
-from miaudit import pipeline
+from miaudit.auditor import stages as pipeline
+from miaudit.auditor.rundir import RunDir
 from miaudit.cli import app
 from miaudit.config import validate_config
-from miaudit.rundir import RunDir
 
 ATTACKS = ["loss", "lira", "lira:offline=true"]
 

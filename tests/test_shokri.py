@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from miaudit import metrics
 from miaudit.attacks import AttackInput, AttackResult
 from miaudit.attacks.shokri import log_probs, sorted_log_probs, training_pairs
 from miaudit.registry import ATTACKS
+from miaudit.stats import metrics
 
 
 def test_features_keep_or_drop_the_class_order():

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import tiny_audit
-from miaudit import pipeline
+from miaudit.auditor import stages as pipeline
+from miaudit.auditor.modeljob import load_trained
 from miaudit.config import validate_config
-from miaudit.modeljob import load_trained
 from miaudit.queries import clean_column, stored_queries
 
 
@@ -64,8 +64,8 @@ def test_attack_labels_that_share_a_scores_file_are_refused_by_score(tmp_path):
     """Before: "x y" and "x_y" both wrote x_y.npy; results.json said one AUC while the stored
     scores (and the report built from them) were the other attack's."""
     from miaudit.errors import ConfigError
-    from miaudit.external import validate_outputs
-    from miaudit.scoring import score_outputs
+    from miaudit.results.external import validate_outputs
+    from miaudit.results.scoring import score_outputs
 
     rng = np.random.default_rng(0)
     keep = np.arange(6)[:, None] % 2 == np.arange(20)[None] % 2
@@ -126,9 +126,9 @@ def test_a_kill_before_the_report_stage_leaves_no_stale_report_files(tmp_path, m
     report.html, roc.png and exposed.npz still showed the earlier two."""
     from typer.testing import CliRunner
 
-    from miaudit import report
+    from miaudit.auditor.rundir import REPORT_FILES
     from miaudit.cli import app
-    from miaudit.rundir import REPORT_FILES
+    from miaudit.reporting import terminal as report
 
     config = tiny_audit(tmp_path, attacks=["loss", "lira"])
     root = pipeline.audit(validate_config(config), show_progress=False).run_dir
@@ -210,7 +210,7 @@ def test_lira_with_per_example_variance_on_few_references_is_flagged(tmp_path):
 def test_too_few_non_members_for_any_fpr_level_is_said(tmp_path):
     """Before: --pool-size 5 printed a TPR at 0.001% FPR of "100.00 [63.06, 100.00]" from 8
     pooled non-members, without a word."""
-    from miaudit.scoring import resolution_caveat
+    from miaudit.results.scoring import resolution_caveat
 
     assert resolution_caveat(100) is None and "99 non-members" in resolution_caveat(99)
     config = tiny_audit(tmp_path, attacks=["loss"], data={
@@ -246,7 +246,7 @@ def test_weights_and_outputs_get_the_same_mode_as_every_other_file(tmp_path):
     import os
     import stat
 
-    from miaudit.io import write_json, write_tensors
+    from miaudit._runtime.io import write_json, write_tensors
 
     write_tensors(tmp_path / "w.safetensors", {"x": torch.zeros(2)})
     write_json(tmp_path / "r.json", {})
@@ -301,7 +301,7 @@ def test_roc_png_draws_tied_scores_as_the_html_panels_do(tmp_path, monkeypatch):
     read the ROC as steps; a tie group looked different in the two."""
     from pathlib import Path
 
-    from miaudit import report
+    from miaudit.reporting import terminal as report
 
     drawn = {}
     monkeypatch.setattr(report, "save_figure",
@@ -323,7 +323,7 @@ def test_roc_png_draws_tied_scores_as_the_html_panels_do(tmp_path, monkeypatch):
 def test_a_saturated_attack_is_said_to_be_saturated():
     """Issue 26: RMIA with gamma = 2 on fast-AT + DeMem models scored 0 for 99% of the samples
     (2 distinct values), printing AUC 0.500 and TPR@1% 0.02% (below chance) without a word."""
-    from miaudit.scoring import saturation_caveat
+    from miaudit.results.scoring import saturation_caveat
 
     rng = np.random.default_rng(0)
     tied = np.where(rng.random((8, 1000)) < 0.99, 0.0, 1 / 120)

@@ -13,10 +13,10 @@ import torch
 pytest.importorskip("transformers", reason="the text extra: pip install 'miaudit[text]'")
 pytest.importorskip("peft", reason="the text extra: pip install 'miaudit[text]'")
 
+from miaudit.auditor.identity import pool_digest  # noqa: E402
 from miaudit.data import make_pool  # noqa: E402
 from miaudit.data.text import PAD, load_text  # noqa: E402
 from miaudit.errors import ConfigError, DataError  # noqa: E402
-from miaudit.identity import pool_digest  # noqa: E402
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
          "november oscar papa quebec romeo sierra tango uniform victor whiskey").split()
@@ -242,9 +242,9 @@ def test_score_accepts_token_logprobs_made_elsewhere(tmp_path):
 
 
 def test_checkpoint_content_enters_the_model_identity(tmp_path):
+    from miaudit.auditor.stages.plan import code_digests
     from miaudit.config import ModelConfig, TrainConfig
     from miaudit.models.causal_lm import tiny_gpt2
-    from miaudit.stages.plan import code_digests
 
     tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")
     model = ModelConfig(name="causal_lm", options={"checkpoint": str(tmp_path / "ckpt")})

@@ -10,8 +10,8 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from miaudit.attacks import AttackInput
+from miaudit.queries.signals import TEXT_SIGNALS
 from miaudit.registry import ATTACKS, parse_spec
-from miaudit.signals import TEXT_SIGNALS
 
 
 def packed(log_p, mu=None, sigma=None) -> np.ndarray:

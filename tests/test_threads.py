@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from miaudit import threads
+from miaudit._runtime import threads
 
 
 @pytest.fixture

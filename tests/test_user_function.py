@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from miaudit.importpath import ImportPathError, import_object, source_digest
+from miaudit._runtime.importpath import ImportPathError, import_object, source_digest
 from miaudit.recipes.user_function import UserFunction
 from miaudit.training.engine import TrainEnv, TrainParams
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from pm_cnn import PeerCNN
 
-from miaudit.io import read_tensors
+from miaudit._runtime.io import read_tensors
 from miaudit.registry import DATASETS
 
 

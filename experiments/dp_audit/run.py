@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
+from miaudit.dp_audit.canary import DPAuditConfig, run_dp_audit
 from miaudit.models import build_model
 from miaudit.privacy import auditing, nsde
-from miaudit.privacy.canary import DPAuditConfig, run_dp_audit
 
 HERE = Path(__file__).parent
 DELTA = 1e-5

@@ -21,11 +21,11 @@ __all__ = ["AuditConfig", "ConfigError", "Results", "attacks", "audit", "load_co
 def __getattr__(name: str) -> Any:
     # The stages pull in every registry plugin; import them only when they are asked for.
     if name in ("audit", "Results"):
-        from miaudit import stages
+        from miaudit.auditor import stages
 
         return getattr(stages, name)
     if name == "score":
-        from miaudit.scoring import score
+        from miaudit.results.scoring import score
 
         return score
     if name == "attacks":

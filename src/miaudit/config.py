@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from miaudit.components import (
+from miaudit.auditor.components import (
     attack_label,
     build_attack,
     build_output_defense,
@@ -31,12 +31,12 @@ from miaudit.components import (
     build_recipe,
     check_queries,
 )
+from miaudit.auditor.rundir import check_scores_names
+from miaudit.auditor.specs import AttackSpec, Component, ComponentSpec, Spec
 from miaudit.configtools import format_errors, set_dotted
 from miaudit.errors import ConfigError
 from miaudit.executors import ExecutorConfig
 from miaudit.registry import DATASETS, MAX_OPTION_ITEMS, MODELS, RECIPES, check_size
-from miaudit.rundir import check_scores_names
-from miaudit.specs import AttackSpec, Component, ComponentSpec, Spec
 from miaudit.training.engine import TrainParams
 from miaudit.training.precision import check_precision, retire_amp
 
@@ -46,7 +46,8 @@ MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit pa
 # items in every later traversal (validation, dumps, identities). Counted with aliases expanded.
 MAX_CONFIG_ITEMS = 10 * MAX_OPTION_ITEMS
 
-# the component builders live in miaudit.components, the spec types in miaudit.specs;
+# the component builders live in miaudit.auditor.components, the spec types in
+# miaudit.auditor.specs;
 # re-exported for existing callers
 __all__ = ["AuditConfig", "Component", "ConfigError", "Spec", "attack_label", "build_attack",
            "build_output_defense", "build_penalties", "build_recipe", "load_config",
@@ -264,7 +265,8 @@ class AuditConfig(_Strict):
     # or ray (see miaudit.executors)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     # torch intra-op threads: None keeps torch's choice; "auto" picks from the cores and the
-    # load (miaudit.threads.default_threads; fastest on a shared machine, but the thread count,
+    # load (miaudit._runtime.threads.default_threads; fastest on a shared machine, but the thread
+    # count,
     # and so the last bits of the weights, may then differ between runs)
     threads: int | Literal["auto"] | None = Field(default=None)
 

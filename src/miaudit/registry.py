@@ -169,7 +169,7 @@ class Registry(Generic[T]):
 
 def _import_path(path: str, kind: str) -> Any:
     """'package.module:attribute' -> the callable, with one clear error per failing step."""
-    from miaudit.importpath import ImportPathError, import_callable
+    from miaudit._runtime.importpath import ImportPathError, import_callable
 
     try:  # the current folder too: a console script's sys.path does not hold it
         return import_callable(path, what=kind, search_paths=[os.getcwd()])
@@ -220,7 +220,7 @@ PENALTIES: Registry = Registry("penalty", _modules("penalties", {
     "l1": "norms", "l2": "norms", "demem": "demem"}))
 QUERIES: Registry = Registry("query augmentation", {
     name: "miaudit.queries" for name in ("identity", "flip", "shift", "dropout")}
-    | {name: "miaudit.label_queries" for name in ("label", "boundary")})
+    | {name: "miaudit.queries.labels" for name in ("label", "boundary")})
 ATTACKS: Registry = Registry("attack", _modules("attacks", {
     "loss": "loss", "correctness": "song_mittal", "song_mittal": "song_mittal",
     "watson": "watson", "shokri": "shokri", "lira": "lira", "attack_p": "population",

@@ -6,10 +6,10 @@ import sys
 
 import numpy as np
 
-from miaudit import metrics
 from miaudit.attacks import AttackInput
 from miaudit.config import attack_label
 from miaudit.registry import ATTACKS
+from miaudit.stats import metrics
 
 data = np.load(sys.argv[1])
 audited = data["audited"]

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from miaudit._runtime.io import write_bytes
 from miaudit.errors import RunDirError
-from miaudit.io import write_bytes
 
 if TYPE_CHECKING:
     from miaudit.reporting.run_view import RunView

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from miaudit.io import save_figure
-from miaudit.metrics import roc_curve, summarize
-from miaudit.signals import cross_entropy
+from miaudit._runtime.io import save_figure
+from miaudit.queries.signals import cross_entropy
+from miaudit.stats.metrics import roc_curve, summarize
 
 FPR_LEVEL = 1e-3
 

@@ -5,7 +5,7 @@ Two audits made with the same data, seed, number of models and protocol share th
 matrix and audited samples (e.g. an SNN at T = 1 and at T = 2 converted from the same ANNs, or
 adversarial training with and without a penalty). Their scores then form two crossed arrays
 (targets x samples) on the same cells, and the two-way bootstrap of
-:mod:`miaudit.intervals` applies to the difference: every replicate resamples targets and
+:mod:`miaudit.stats.intervals` applies to the difference: every replicate resamples targets and
 samples once and recomputes both runs' pooled statistics on the same resampled cells
 (target t of A is paired with target t of B: the same membership row). The difference's
 percentile interval keeps the runs' correlation over samples (an easy sample is easy for both
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit import intervals, metrics
+from miaudit.stats import intervals, metrics
 
 
 class NotPaired(ValueError):

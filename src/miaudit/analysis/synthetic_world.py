@@ -50,7 +50,7 @@ class World:
     def truth(self, fpr_levels: Sequence[float]) -> dict[str, float]:
         """{"tpr@<level>": ..., "auc": ...} of the population, by Gauss-Hermite quadrature
         over log g and Gauss-Laguerre (generalized) quadrature over u."""
-        from miaudit.metrics import tpr_key
+        from miaudit.stats.metrics import tpr_key
 
         x, wx = special.roots_hermitenorm(80)  # log g = sd_strength * x, x ~ N(0, 1)
         strength, weight_g = np.exp(self.sd_strength * x), wx / wx.sum()
@@ -80,8 +80,8 @@ class World:
         """The population ROC estimated by direct simulation, to check :meth:`truth`:
         ``cells`` member and as many non-member scores, each from its own fresh model and
         sample (the population the pooled estimate converges to), through
-        :func:`miaudit.metrics.summarize`."""
-        from miaudit.metrics import summarize
+        :func:`miaudit.stats.metrics.summarize`."""
+        from miaudit.stats.metrics import summarize
 
         rng = np.random.default_rng(seed)
         offsets = rng.normal(0.0, self.sd_model, 2 * cells)
@@ -97,7 +97,7 @@ class World:
 def balanced_memberships(num_models: int, num_samples: int,
                          rng: np.random.Generator) -> np.ndarray:
     """(M, N) bool in complementary pairs: model 2k on a random half, model 2k + 1 on the
-    other half (the rotation protocol's keep matrix, ``miaudit.planning``)."""
+    other half (the rotation protocol's keep matrix, ``miaudit.auditor.design``)."""
     if num_models % 2:
         raise ValueError(f"num_models must be even, got {num_models}")
     halves = rng.random((num_models // 2, num_samples)).argsort(axis=1) < num_samples // 2
@@ -128,7 +128,7 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
     the crossed bootstrap) and, for AUC, the t interval over the per-target AUCs."""
     from scipy.stats import t as student
 
-    from miaudit import intervals, metrics
+    from miaudit.stats import intervals, metrics
 
     truth = world.truth(fpr_levels)
     rng = np.random.default_rng(seed)
@@ -202,8 +202,8 @@ def paired_coverage_study(world_a: World, world_b: World, audits: int, num_model
     interval of :func:`miaudit.analysis.paired_runs.paired_difference` against the difference
     of the two populations' truths (quadrature). The replicates are at the default FPR levels
     (``fpr_levels`` picks the metrics checked)."""
-    from miaudit import intervals
     from miaudit.analysis.paired_runs import replicated
+    from miaudit.stats import intervals
 
     truth_a, truth_b = world_a.truth(fpr_levels), world_b.truth(fpr_levels)
     truth = {key: truth_a[key] - truth_b[key] for key in truth_a}

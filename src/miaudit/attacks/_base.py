@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.signals import SIGNALS, TEXT_SIGNALS
+from miaudit.queries.signals import SIGNALS, TEXT_SIGNALS
 
 MODALITIES = ("classes", "text")
 
@@ -25,10 +25,10 @@ class AttackInput:
         are never evaluated. Empty when the audit reserved none.
     evaluated: indices of the samples whose membership is scored (the audited samples), or
         None for every sample outside ``population``.
-    features: (N, F) the attacker's view of each pool input (:mod:`miaudit.features`), for
+    features: (N, F) the attacker's view of each pool input (:mod:`miaudit.queries.features`), for
         attacks that regress on the example (QMIA); None when only outputs exist.
     modality: "classes" (logits over C classes) or "text" (a causal LM's per-token outputs,
-        (M, N, 1, 4 * L): see :mod:`miaudit.signals`; ``labels`` are then all 0).
+        (M, N, 1, 4 * L): see :mod:`miaudit.queries.signals`; ``labels`` are then all 0).
     texts: the N texts (text only, when known; the zlib attack needs them).
     """
 
@@ -61,7 +61,8 @@ class AttackInput:
         return self.keep.shape[0]
 
     def signal(self, name: str) -> np.ndarray:
-        """(M, N, Q) float64 signal (see :mod:`miaudit.signals`), computed once and cached."""
+        """(M, N, Q) float64 signal (see :mod:`miaudit.queries.signals`), computed once and
+        cached."""
         if name not in self._signals:
             table = TEXT_SIGNALS if self.modality == "text" else SIGNALS
             if name not in table:
@@ -87,10 +88,10 @@ class AttackInput:
 
     def query_index(self, names: list[str] | None) -> np.ndarray:
         """Column indices of the given query specs. ``names`` None: every query that releases
-        scores, i.e. all but the label-only ones (:mod:`miaudit.label_queries`), which an
+        scores, i.e. all but the label-only ones (:mod:`miaudit.queries.labels`), which an
         attack reads only by name."""
         if names is None:
-            from miaudit.label_queries import is_label_only
+            from miaudit.queries.labels import is_label_only
 
             scored = [i for i, n in enumerate(self.query_names) if not is_label_only(n)]
             if not scored:

@@ -168,7 +168,7 @@ def confidence_logit(data: AttackInput, model: int, qidx: np.ndarray) -> np.ndar
     query columns: log(mean p) - log(mean (1 - p)), a strictly increasing function of the mean
     confidence. Why not the probability itself: overfit members reach p within 1e-16 of 1,
     which rounds to 1.0 in float64 and would tie; log(1 - p) = log p - phi comes from the
-    stable logit-scaled confidence phi (:mod:`miaudit.signals`), so no such ties arise."""
+    stable logit-scaled confidence phi (:mod:`miaudit.queries.signals`), so no such ties arise."""
     log_p = columns(data.signal("log_prob")[model], qidx)
     log_not_p = log_p - columns(data.signal("logit_conf")[model], qidx)  # log(1 - p)
     return logsumexp(log_p, axis=1) - logsumexp(log_not_p, axis=1)  # the 1/Q factors cancel

@@ -1,11 +1,11 @@
-"""Per-token arrays of text audits (see :mod:`miaudit.signals` for the stored layout)."""
+"""Per-token arrays of text audits (see :mod:`miaudit.queries.signals` for the stored layout)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from miaudit.attacks._base import AttackInput
-from miaudit.signals import TEXT_STATS, token_view
+from miaudit.queries.signals import TEXT_STATS, token_view
 
 
 def require_text(data: AttackInput, attack: str) -> None:

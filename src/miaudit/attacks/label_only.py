@@ -2,7 +2,7 @@
 Inference Attacks", ICML): the data-augmentation attack (Sec. 4.1) and the boundary-distance
 attack (Sec. 4.2).
 
-Both read only query columns that release labels (:mod:`miaudit.label_queries`): ``label``
+Both read only query columns that release labels (:mod:`miaudit.queries.labels`): ``label``
 columns hold one-hot predicted labels, ``boundary`` columns a distance found with label queries
 only. An attack given any other column refuses it, so a label-only defense is audited with
 exactly what it releases.
@@ -14,7 +14,7 @@ import numpy as np
 
 from miaudit.attacks._base import Attack, AttackInput, AttackResult
 from miaudit.attacks._common import check_models, query_option
-from miaudit.label_queries import boundary_distances, is_label_only, query_name
+from miaudit.queries.labels import boundary_distances, is_label_only, query_name
 from miaudit.registry import ATTACKS
 
 

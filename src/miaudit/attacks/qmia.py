@@ -17,8 +17,8 @@ from miaudit.attacks._common import (
     positive_int,
     query_option,
 )
+from miaudit.queries.signals import _true_class
 from miaudit.registry import ATTACKS
-from miaudit.signals import _true_class
 
 
 def hinge_score(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -100,7 +100,7 @@ class QMIA(Attack):
     model is trained: the cost is one small regressor instead of M models.
 
     The regressor's input is the attacker's view of the example, ``AttackInput.features``
-    (the audit's feature map of the raw inputs, :mod:`miaudit.features`), with the one-hot
+    (the audit's feature map of the raw inputs, :mod:`miaudit.queries.features`), with the one-hot
     label appended (the paper regresses on the example; its score depends on y). The paper
     fine-tunes a pretrained image network as q; here a small MLP on those features, which is
     what runs without downloads (the test's quantile is conditional only as far as the

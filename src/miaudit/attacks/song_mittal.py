@@ -10,8 +10,8 @@ from scipy.special import log_softmax as _log_softmax
 
 from miaudit.attacks._base import Attack, AttackInput, AttackResult
 from miaudit.attacks._common import check_models, choice, columns, query_option
+from miaudit.queries.signals import SIGNALS
 from miaudit.registry import ATTACKS
-from miaudit.signals import SIGNALS
 
 _CLAMP = 1e-30  # Song & Mittal's code clamps every log argument at 1e-30
 

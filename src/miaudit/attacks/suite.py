@@ -39,7 +39,7 @@ def evaluate(signals: np.ndarray, keep: np.ndarray, specs: Sequence[Any], *,
     scores are NaN: they are never scored). Returns {label: (targets, N) float64 scores},
     higher = more likely a member. Bad specs raise :class:`miaudit.ConfigError`.
     """
-    from miaudit.components import attack_label, build_attack
+    from miaudit.auditor.components import attack_label, build_attack
 
     logits = np.asarray(signals)
     logits = logits[:, :, None, :] if logits.ndim == 3 else logits

@@ -92,9 +92,9 @@ def audit(
 ) -> None:
     """Train the model family, attack every target, print the table, write the run directory.
     Rerunning resumes; raising --num-models or adding queries reuses every finished model."""
+    from miaudit.auditor.stages import audit as run_audit
     from miaudit.config import load_config
-    from miaudit.report import print_summary
-    from miaudit.stages import audit as run_audit
+    from miaudit.reporting.terminal import print_summary
 
     flags = {k: v for k, v in locals().items() if k in _FLAG_FIELDS}
     cfg = load_config(config, _overrides(flags, set_ or [], attacks, queries))
@@ -110,7 +110,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
            ) -> None:
     """Print the table of a finished run from its directory (read-only unless --plots or
     --html)."""
-    from miaudit.report import missing_report_note, print_summary, render_plots
+    from miaudit.reporting.terminal import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
     summary = load_summary(run_dir).model_copy(update={"run_dir": str(run_dir)})
@@ -149,9 +149,9 @@ def score(
     """Score attacks over outputs produced elsewhere (same table, results.json, plots and
     per-sample scores as an audit)."""
     from miaudit.config import DEFAULT_ATTACKS
-    from miaudit.external import read_any, read_outputs, read_population
-    from miaudit.report import print_summary
-    from miaudit.scoring import score_outputs
+    from miaudit.reporting.terminal import print_summary
+    from miaudit.results.external import read_any, read_outputs, read_population
+    from miaudit.results.scoring import score_outputs
 
     specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
     indices = None if population is None else read_population(population)
@@ -168,7 +168,7 @@ def score(
         raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
                            "--labels")
     if specs is None:  # the default suite of the outputs' kind
-        from miaudit.text_audit import default_text_attacks
+        from miaudit.auditor.text_audit import default_text_attacks
 
         specs = default_text_attacks(outputs, indices is not None) \
             if outputs.modality == "text" else list(DEFAULT_ATTACKS)
@@ -182,7 +182,7 @@ def plan(run_dir: Annotated[Path, typer.Argument(help="a finished audit's direct
     """How many reference models the audit needs: re-score its reference-based attacks with
     2, 4, 8, ... references (TPR@0.1%/1% with intervals, AUC) and extrapolate where another
     doubling stops mattering; stored in results.json (reference_planner)."""
-    from miaudit.reference_planner import format_plan, plan_run
+    from miaudit.analysis.reference_planner import format_plan, plan_run
     from miaudit.reporting.html import REPORT_FILE, write_html_report
 
     for line in format_plan(plan_run(run_dir)):
@@ -205,7 +205,7 @@ def show_config(
 
     cfg = load_config(config, _overrides({}, set_ or [], None, None))
     if check:  # the audit's own plan stage: it writes nothing
-        from miaudit.stages.plan import plan_audit
+        from miaudit.auditor.stages.plan import plan_audit
 
         plan_audit(cfg)
     console.print(cfg.to_yaml(), markup=False, highlight=False, soft_wrap=True)

@@ -70,11 +70,11 @@ def html_report(run_dir: Path, summary: Summary) -> Path:
 def exposed_from_config(run_dir: Path, summary: Summary) -> Path:
     """Rebuild the run's pool from its config and write exposed.npz for its strongest attack
     (the audit's report stage writes it directly; this serves runs made before it did)."""
+    from miaudit.auditor.rundir import RunDir
+    from miaudit.auditor.stages.plan import load_pool
     from miaudit.config import validate_config
     from miaudit.reporting.exposed import write_exposed_samples
     from miaudit.reporting.run_view import RunView
-    from miaudit.rundir import RunDir
-    from miaudit.stages.plan import load_pool
 
     view = RunView(run_dir, summary)
     pool = load_pool(validate_config(view.config))

@@ -29,9 +29,9 @@ def build_config(*, dataset: str, model: str, width: float, recipe: str, epochs:
                  canary_kind: str, runs: int, guesses: list[str] | None, selection: str,
                  confidence: float, delta: float, claimed_epsilon: float | None, seed: int,
                  device: str) -> Any:
-    """The validated :class:`~miaudit.privacy.canary.DPAuditConfig` of the command's options
+    """The validated :class:`~miaudit.dp_audit.canary.DPAuditConfig` of the command's options
     (raises ``ValidationError`` naming the bad field, before anything is trained)."""
-    from miaudit.privacy.canary import DPAuditConfig
+    from miaudit.dp_audit.canary import DPAuditConfig
 
     data_name, data_options = _spec(dataset)
     model_name, model_options = _spec(model)
@@ -57,7 +57,7 @@ def load_dp_config(path: Path) -> Any:
     """A DP-audit config section from YAML (validated, unknown keys fail)."""
     import yaml
 
-    from miaudit.privacy.canary import DPAuditConfig
+    from miaudit.dp_audit.canary import DPAuditConfig
 
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
@@ -105,7 +105,7 @@ def audit_command(
 ) -> None:
     """Lower-bound epsilon empirically with canaries (Steinke et al. 2023 one-run audit, or
     Jagielski et al. 2020 with R runs) and print it beside the claimed epsilon."""
-    from miaudit.privacy.canary import run_dp_audit
+    from miaudit.dp_audit.canary import run_dp_audit
 
     cfg = load_dp_config(config) if config is not None else build_config(
         dataset=dataset, model=model, width=width, recipe=recipe, epochs=epochs,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from rich.markup import escape
 from rich.table import Table
 
-from miaudit import machine
+from miaudit._runtime import machine
 from miaudit.cli.commands import console
 from miaudit.registry import (
     ACCOUNTANTS,

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from miaudit._runtime.io import write_bytes
 from miaudit.data._base import DataError
-from miaudit.io import write_bytes
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from typing import IO, Any
 
 import numpy as np
 
+from miaudit._runtime.io import atomic_write
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import cached, resolve_data_dir
 from miaudit.data.imagefolder import check_limit, read_image_folder, splits_from_arrays
-from miaudit.io import atomic_write
 from miaudit.registry import DATASETS
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from miaudit._runtime.io import path_problem
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import as_path, cached, to_float
-from miaudit.io import path_problem
 from miaudit.registry import DATASETS
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from miaudit._runtime.io import path_problem
 from miaudit.data._base import DataError
-from miaudit.io import path_problem
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from miaudit._runtime.io import path_problem
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import as_path, cached
 from miaudit.data.tablefiles import (
@@ -40,7 +41,6 @@ from miaudit.data.tablefiles import (
     read_labels,
     read_source,
 )
-from miaudit.io import path_problem
 from miaudit.registry import DATASETS
 
 SCALES = ("auto", "minmax", "none")

@@ -30,7 +30,7 @@ def _set_threads(threads: int) -> None:
     run N x cores threads on the cores; a spawned worker needs the allocator setting too."""
     import torch
 
-    from miaudit.allocator import keep_freed_memory
+    from miaudit._runtime.allocator import keep_freed_memory
 
     keep_freed_memory()
     torch.set_num_threads(threads)

@@ -57,7 +57,7 @@ def _run_job(work: Work, job: Job, threads: int | None) -> tuple[Any, float]:
     """The remote task's body. Sets the intra-op thread count first: torch otherwise starts
     one thread per core in every worker, and N concurrent models on N cores would then fight
     over N*N threads. A Ray worker is a process of its own: it needs the allocator setting."""
-    from miaudit.allocator import keep_freed_memory
+    from miaudit._runtime.allocator import keep_freed_memory
 
     keep_freed_memory()
     if threads is not None:

@@ -110,7 +110,7 @@ def pretrained(checkpoint: Path, vocab_size: int, positions: int) -> nn.Module:
 def checkpoint_content(options: dict) -> str | None:
     """Digest of the checkpoint folder's files (names and bytes): it enters the identity of
     every model fine-tuned from it, so replacing the checkpoint retrains them."""
-    from miaudit.io import file_digest, text_digest
+    from miaudit._runtime.io import file_digest, text_digest
 
     checkpoint = options.get("checkpoint")
     if checkpoint is None:

@@ -35,7 +35,7 @@ from opacus.accountants.utils import get_noise_multiplier
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
-from miaudit.io import save_figure
+from miaudit._runtime.io import save_figure
 from miaudit.registry import ACCOUNTANTS
 
 ACCOUNTANT_NAMES = ("rdp", "gdp", "prv")

@@ -31,7 +31,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 from scipy.stats import beta as beta_dist
 
-from miaudit.io import save_figure
+from miaudit._runtime.io import save_figure
 from miaudit.privacy.accounting import check_delta
 
 CORRECTIONS = ("bonferroni", "none")

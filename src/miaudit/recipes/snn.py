@@ -7,7 +7,8 @@ thresholds, calibrates it with surrogate gradients at T = 1 and then at T = 2, .
 each stage starting from a copy of the previous one. The saved weights therefore load into a
 freshly built registry model (``architecture`` only switches spiking on).
 
-Stages shared between latencies are trained once (:mod:`miaudit.parents`): at T = 1 the parent
+Stages shared between latencies are trained once (:mod:`miaudit.auditor.parents`): at T = 1 the
+parent
 is the ReLU twin (the "ann" stage, trained by the standard recipe); at T > 1 it is the same
 spiking model at T - 1 trained by this recipe with the same options, whose own parent is the
 model at T - 2, down to the ANN. ``train_from_parent`` then runs only the last stage ("T1"

@@ -35,8 +35,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from miaudit.importpath import ImportPathError, import_callable, source_digest
-from miaudit.io import text_digest
+from miaudit._runtime.importpath import ImportPathError, import_callable, source_digest
+from miaudit._runtime.io import text_digest
 from miaudit.registry import RECIPES
 from miaudit.training.engine import Recipe, TrainEnv, TrainParams
 

@@ -19,7 +19,7 @@ from typing import Any
 from rich.markup import escape as rich_escape
 from rich.table import Table
 
-from miaudit.io import write_bytes
+from miaudit._runtime.io import write_bytes
 from miaudit.reporting import figures
 from miaudit.reporting.html import CSS, pct
 from miaudit.reporting.run_view import Metric, RunView

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from miaudit import metrics
-from miaudit.io import write_bytes
+from miaudit._runtime.io import write_bytes
+from miaudit.stats import metrics
 
 EXPOSED_FILE = "exposed.npz"
 FLAG_FPR = 1e-3

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.io import plain_text
+from miaudit._runtime.io import plain_text
 
 # Attack families: one ROC panel each, so a panel compares variants of one method.
 FAMILIES = {
@@ -56,7 +56,7 @@ def log_grid(floor: float, points: int = ROC_POINTS) -> np.ndarray:
 
 def resample_roc(fpr: np.ndarray, tpr: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """TPR at each FPR level of ``grid``: the largest TPR whose FPR does not exceed the level,
-    as :func:`miaudit.metrics.tpr_at_fpr`, vectorized over the grid (fpr and tpr of an exact
+    as :func:`miaudit.stats.metrics.tpr_at_fpr`, vectorized over the grid (fpr and tpr of an exact
     ROC are non-decreasing, so the last point with fpr <= level has the largest TPR)."""
     index = np.searchsorted(fpr, grid, side="right") - 1
     return np.where(index >= 0, np.asarray(tpr)[np.maximum(index, 0)], 0.0)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from miaudit.io import write_bytes
+from miaudit._runtime.io import write_bytes
 from miaudit.reporting import figures
 from miaudit.reporting.planner import planner_section
 from miaudit.reporting.rocs import family_curves

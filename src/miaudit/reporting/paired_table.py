@@ -10,8 +10,8 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from miaudit.analysis.paired_runs import NotPaired, paired_run_difference
-from miaudit.metrics import HEADLINE_KEYS
 from miaudit.reporting.run_view import RunView
+from miaudit.stats.metrics import HEADLINE_KEYS
 
 CAPTION = ("run minus run 1, same attack; TPR in points, AUC as a fraction; [95% interval of "
            "the difference]: two-way bootstrap over targets and samples, both runs recomputed "

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from miaudit import metrics
 from miaudit.reporting.figures import family, log_grid, resample_roc
 from miaudit.reporting.run_view import RunView
+from miaudit.stats import metrics
 
 
 def pooled_floor(members: np.ndarray) -> float:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from miaudit._runtime.io import path_problem, read_json
 from miaudit.errors import RunDirError
-from miaudit.io import path_problem, read_json
 from miaudit.reporting.exposed import EXPOSED_FILE
 from miaudit.results import (
     AttackRecord,
@@ -259,14 +259,14 @@ class RunView:
     def members(self) -> np.ndarray:
         """(T, A) bool: membership of every audited sample in every target (the columns of
         the stored scores)."""
-        from miaudit.rundir import audited_members
+        from miaudit.auditor.rundir import audited_members
 
         return audited_members(self.root, self.summary.targets)
 
     @cached_property
     def audited(self) -> np.ndarray:
         """(A,) the pool indices of the audited samples (the columns of the stored scores)."""
-        from miaudit.rundir import RunDir
+        from miaudit.auditor.rundir import RunDir
 
         return RunDir(self.root).read_split()["audited"]
 
@@ -276,7 +276,7 @@ class RunView:
 
     def scores(self, label: str) -> np.ndarray:
         """(T, A) per-sample scores of attack ``label`` (higher = member)."""
-        from miaudit.rundir import read_scores
+        from miaudit.auditor.rundir import read_scores
 
         return read_scores(self.root, self.summary.scores_dir, label)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from miaudit.io import atomic_write
+from miaudit._runtime.io import atomic_write
 
 FORMAT = 1  # bump when the meaning of a checkpoint's fields changes
 SUFFIX = ".pt"

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from miaudit.privacy.bounds import plot_roc_bounds, roc_bound
-from miaudit.report import pooled_rocs
+from miaudit.reporting.terminal import pooled_rocs
 
 HERE = Path(__file__).parent
 CURVES = {"SDENet sigma=2": "5_sdenet_sigma2", "SDENet k=0.5 (sigma=1)": "3_sdenet_k0.5",

@@ -1,0 +1,120 @@
+"""The query stage: logits of every pool sample under every query spec, keyed by the weights
+and the spec, computed from the *reloaded* weights (so adding a query trains nothing).
+
+One job per (model, spec) runs on the audit's executor, like training: stochastic queries
+(input dropout, many draws of a spiking network) can cost as much as training, and a cluster
+or a pool of worker processes runs them side by side. The driver alone reads the weights
+(verified when the train stage accepted them) and writes every output as its job finishes, so
+workers need no access to the run directory and a killed stage resumes per (model, spec).
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from miaudit._runtime.io import read_tensors
+from miaudit.auditor import identity as ids
+from miaudit.auditor.modeljob import ModelJob, rebuild
+from miaudit.auditor.rundir import WEIGHTS, ModelCache, RunDir
+from miaudit.auditor.stages.plan import Audit, train_device
+from miaudit.auditor.stages.progress import progress_bar
+from miaudit.executors import Job, make_executor, own_errors_raised, resolve
+from miaudit.queries import query_outputs, stored_queries
+
+
+def query_key(job: ModelJob, spec: str) -> str:
+    return ids.query_identity(job.identity, spec)
+
+
+def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> float:
+    """Outputs of every (model, query spec) that has no valid record; returns the seconds."""
+    started = time.perf_counter()
+    todo = missing_outputs(run, planned)
+    if not todo:  # a resumed or rescored audit: no executor to start (Ray takes seconds)
+        return time.perf_counter() - started
+    cache = planned.cache
+    device = str(train_device(planned.cfg, planned.device))
+    with progress_bar(console, show_progress) as bar, \
+            make_executor(planned.cfg.executor) as executor:
+        task = bar.add_task("querying", total=len(todo))
+        pool_ref = executor.put(planned.pool)
+
+        def payload(job: ModelJob, spec: str) -> tuple[Any, ...]:
+            weights = StoredWeights(run.model_dir(job.index) / WEIGHTS)
+            return job, spec, query_seed(job.seed, spec), pool_ref, weights, device
+
+        def on_done(done: Job, logits: torch.Tensor, seconds: float) -> None:
+            job, spec = done.payload[:2]
+            key = query_key(job, spec)
+            run.save_outputs(job.index, key, logits, {
+                "spec": spec, "model": job.identity, "seconds": round(seconds, 3)})
+            if cache is not None:
+                record, data = output_relpaths(key)
+                cache.store(job.identity, record, data, run.model_dir(job.index))
+            bar.advance(task)
+
+        with own_errors_raised():
+            executor.run([Job(job.index, payload(job, spec)) for job, spec in todo],
+                         run_query_job, on_done)
+    return time.perf_counter() - started
+
+
+def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str]]:
+    """The (model, spec) pairs with no valid output record, after fetching identical outputs
+    from the model cache."""
+    cache = planned.cache
+    todo = []
+    for job in planned.jobs:
+        for spec in stored_queries(planned.cfg.queries):
+            key = query_key(job, spec)
+            if run.output_record(job.index, key) is None and (
+                    cache is None or not fetch_output(cache, run, job, key)):
+                todo.append((job, spec))
+    return todo
+
+
+def run_query_job(job: Job) -> torch.Tensor:
+    """One (model, spec) query (module level, so workers can import it): (pool x classes)
+    logits, returned to the driver, which writes them."""
+    model_job, spec, seed, pool_ref, weights, device = job.payload
+    pool = resolve(pool_ref)
+    state = weights.load() if isinstance(weights, StoredWeights) else weights
+    model = rebuild(model_job, pool, state, torch.device(device))
+    return query_outputs(model, pool.x, [spec], torch.device(device), seed)[:, 0]
+
+
+class StoredWeights:
+    """A model's weights file in the run directory, read only when needed: by the job itself
+    in this process (local executor), or when the job is pickled to be sent to a worker, which
+    then receives the state dict, not the path. So the driver holds the weights of the jobs
+    in flight only, never of every model at once (a family of language models would not fit)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, torch.Tensor]:
+        return read_tensors(self.path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return dict, (self.load(),)
+
+
+def output_relpaths(key: str) -> tuple[str, str]:
+    return f"outputs/{key}.json", f"outputs/{key}.safetensors"
+
+
+def fetch_output(cache: ModelCache, run: RunDir, job: ModelJob, key: str) -> bool:
+    record, data = output_relpaths(key)
+    return cache.fetch(job.identity, key, record, data, run.model_dir(job.index))
+
+
+def query_seed(seed: int, spec: str) -> int:
+    """Seed of one model's query: stochastic queries are reproducible per (model, spec)."""
+    return int(np.random.SeedSequence([seed, zlib.crc32(spec.encode())]).generate_state(1)[0])

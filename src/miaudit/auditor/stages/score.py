@@ -1,0 +1,157 @@
+"""The score stage: attacks and metrics over stored outputs, never touching a model, written as
+one atomic generation. The facts about the targets that other stages own (DP guarantee,
+training time, robust accuracy, NSDE guarantee) come in as arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from miaudit._runtime.io import write_json
+from miaudit.attacks import AttackInput
+from miaudit.auditor.design import Plan
+from miaudit.auditor.rundir import LAYOUT, RunDir, scores_name
+from miaudit.auditor.specs import parse_component
+from miaudit.auditor.stages.evaluate import Evaluated
+from miaudit.auditor.stages.plan import Audit
+from miaudit.auditor.stages.query import query_key
+from miaudit.auditor.stages.train import Trained
+from miaudit.config import build_attack, build_output_defense
+from miaudit.errors import ConfigError
+from miaudit.queries import CLEAN_QUERY, clean_column
+from miaudit.queries.features import input_features
+from miaudit.queries.labels import protect_decision_columns
+from miaudit.results import Privacy
+from miaudit.results.scoring import accuracy_stats, score_attacks
+
+
+def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
+    """(M, pool, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
+    cfg, jobs = planned.cfg, planned.jobs
+    first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0])).numpy()
+    logits = np.empty((len(jobs), first.shape[0], len(cfg.queries), first.shape[1]),
+                      dtype=np.float32)
+    for job in jobs:
+        for column, spec in enumerate(cfg.queries):
+            logits[job.index, :, column] = run.load_outputs(job.index,
+                                                            query_key(job, spec)).numpy()
+    return logits
+
+
+def clean_outputs(run: RunDir, planned: Audit,
+                  logits: np.ndarray) -> tuple[np.ndarray, int, str]:
+    """Outputs on clean inputs, their query column and name, for accuracy: the configured clean
+    query when there is one, else the extra identity query the query stage stored (with the
+    output defense applied like every released output)."""
+    cfg = planned.cfg
+    column = clean_column(cfg.queries)
+    if column is not None:
+        return logits, column, cfg.queries[column]
+    clean = np.stack([run.load_outputs(job.index, query_key(job, CLEAN_QUERY)).numpy()
+                      for job in planned.jobs])[:, :, None]
+    if cfg.output_defense is not None:
+        apply_output_defense(clean, cfg.output_defense, planned.pool.y.numpy(),
+                             planned.plan.keep, planned.plan.split.holdout, [CLEAN_QUERY])
+    return clean, 0, CLEAN_QUERY
+
+
+def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep: np.ndarray,
+                         holdout: np.ndarray, query_names: list[str]) -> None:
+    """Replace every model's released outputs by the defended ones (in place). Each model's
+    defender knows its own training set (its keep row) and the holdout set, never the
+    evaluated non-members. Boundary-distance columns stay: they are no released vector."""
+    component = parse_component(spec)
+    defense = build_output_defense(component)
+    reference = np.zeros(keep.shape[1], dtype=bool)
+    reference[holdout] = True
+    kept = protect_decision_columns(query_names)
+    if kept.size and not defense.preserves_labels:
+        raise ConfigError("boundary queries measure the undefended model's decision boundary; "
+                          f"output defense {component.written!r} may change labels, so drop "
+                          "the boundary queries or use memguard_label_only")
+    for index in range(len(keep)):
+        original = logits[index][:, kept].copy()
+        logits[index] = defense.apply(logits[index], labels, keep[index],
+                                      **({"holdout_mask": reference}
+                                         if defense.needs_holdout else {}))
+        logits[index][:, kept] = original
+
+
+def attack_input(run: RunDir, planned: Audit) -> AttackInput:
+    """What the attacks see: every model's stored outputs (defended when configured), the
+    keep matrix, the population and, when an attack needs them, the attacker's features of
+    the inputs."""
+    from miaudit.auditor.text_audit import attack_extras
+
+    cfg, plan = planned.cfg, planned.plan
+    labels = planned.pool.y.numpy()
+    logits = load_all_outputs(run, planned)
+    if cfg.output_defense is not None:
+        apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
+                             list(cfg.queries))
+    wants_features = any(build_attack(spec, f"attacks[{i}]").needs_features
+                         for i, spec in enumerate(cfg.attacks))
+    return AttackInput(logits=logits, labels=labels, keep=plan.keep,
+                       query_names=list(cfg.queries), population=plan.split.population,
+                       evaluated=plan.split.audited,
+                       features=input_features(planned.pool.x) if wants_features else None,
+                       **attack_extras(planned.pool))
+
+
+def score_stage(run: RunDir, planned: Audit, trained: Trained,
+                evaluated: Evaluated) -> dict[str, Any]:
+    """Score every attack on every target over the audited samples; write the scores as one
+    generation; return the summary (not yet published)."""
+    from miaudit.auditor.text_audit import text_model_stats
+
+    cfg, plan = planned.cfg, planned.plan
+    data = attack_input(run, planned)
+    labels, logits = data.labels, data.logits
+    targets = list(plan.targets)
+    privacy = trained.privacy
+    claim = Privacy.model_validate(privacy) if privacy else None  # empirical bounds need it
+    with run.new_scores() as folder:
+        attacks = score_attacks(data, cfg.attacks, targets, plan.references,
+                                plan.split.audited, folder, claim)
+        scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
+    if cfg.memorization_attack is not None:
+        write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
+    if planned.pool.is_text:
+        stats = text_model_stats(logits, plan.keep, plan.split.audited, targets)
+    else:
+        clean, column, query = clean_outputs(run, planned, logits)
+        stats = accuracy_stats(clean, labels, plan.keep, plan.split.audited, targets, column)
+        stats["accuracy_query"] = query
+    stats["train_seconds_mean"] = trained.train_seconds_mean
+    return {
+        "layout": LAYOUT, "name": cfg.run_name(), "run_dir": str(run.root),
+        "run_identity": planned.run_identity, "protocol": cfg.protocol, "targets": targets,
+        "num_models": len(plan.keep), "pool_size": int(len(labels)),
+        "audited_size": int(len(plan.split.audited)),
+        "population_size": int(len(plan.split.population)),
+        "holdout_size": int(len(plan.split.holdout)), "queries": list(cfg.queries),
+        "scores_dir": scores_dir,
+        "target_models": {**stats, **evaluated.robust},
+        "attacks": attacks, **({"privacy": privacy} if privacy else {}),
+        **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
+        "config": cfg.model_dump(mode="json"),
+    }
+
+
+def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
+                       scores_dir: str) -> None:
+    """DeMem Figure 1 analysis for the first target, from ``attack``'s scores (audited
+    samples only)."""
+    from miaudit._runtime.io import read_array
+    from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
+
+    audited = plan.split.audited
+    target = plan.targets[0]
+    scores = read_array(run.root / scores_dir / scores_name(attack))[0]
+    table = memorization_analysis(data.logits[:, audited], data.labels[audited],
+                                  plan.keep[:, audited], scores, target)
+    table["attack"], table["scores_dir"] = attack, scores_dir  # the generation it belongs to
+    write_json(run.root / "memorization.json", table)
+    plot_memorization_analysis(table, run.root / "memorization.png")

@@ -1,0 +1,137 @@
+"""What the audit stages do differently for language models (data set ``text``): the checks
+before training, the attack input, and the targets' utility (next-token accuracy and
+perplexity in place of class accuracy). The stages call these with a line each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from miaudit._runtime.machine import physical_memory_bytes
+from miaudit.config import AuditConfig, attack_label, build_attack, build_recipe
+from miaudit.data import Pool
+from miaudit.errors import ConfigError
+from miaudit.queries.signals import token_view
+
+TEXT_QUERIES = ["identity"]
+#: the text attacks scored by default on per-token log-probs (``miaudit score``); RMIA on a
+#: text's per-token geometric-mean probability needs gamma near 1 (its ratios stay near 1)
+TEXT_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "ref_model", "lira", "lira:offline=true",
+                "rmia:gamma=1", "attack_r"]
+
+
+def modality(pool: Pool) -> str:
+    return "text" if pool.is_text else "classes"
+
+
+def check_modality(cfg: AuditConfig, pool: Pool) -> None:
+    """Attacks, queries, recipes and stages that fit the pool's kind of outputs (one clear
+    line each, before training)."""
+    kind = modality(pool)
+    for spec in cfg.attacks:
+        attack = build_attack(spec)
+        if kind not in attack.modalities:
+            label = attack_label(spec)[0]
+            which = "text (causal LM) outputs" if kind == "text" else "class logits"
+            raise ConfigError(f"attacks: {label!r} does not apply to {which}; "
+                              f"{fitting_attacks(kind)}")
+    if kind == "text":
+        check_text_settings(cfg, pool)
+
+
+def fitting_attacks(kind: str) -> str:
+    from miaudit.registry import ATTACKS
+
+    names = [n for n in ATTACKS.names() if ":" not in n
+             and kind in getattr(ATTACKS.get(n), "modalities", ("classes",))]
+    return f"attacks for {kind}: {', '.join(names)}"
+
+
+def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
+    if list(cfg.queries) != TEXT_QUERIES:
+        raise ConfigError(f"queries: a language model is queried once per text (its per-token "
+                          f"log-probabilities); set queries: {TEXT_QUERIES}, got {cfg.queries}")
+    for where, train in (("train", cfg.train), ("reference_train", cfg.reference_train)):
+        if train is not None and not _trains_language_models(train):
+            raise ConfigError(f"{where}.recipe {train.recipe!r} does not train language models; "
+                              "use lm (full fine-tuning), lora, or dpsgd with base lora")
+        if train is not None and train.ensemble > 1:
+            raise ConfigError(f"{where}.ensemble: vectorized ensembles are not supported for "
+                              "language models; set it to 1")
+    unsupported = [name for name, value in (
+        ("output_defense", cfg.output_defense), ("robust_eval", cfg.robust_eval),
+        ("memorization_attack", cfg.memorization_attack)) if value is not None]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)}: not available for language models "
+                          "(they assume class outputs); remove them")
+    positions = pool.x.shape[1] - 1
+    models = cfg.num_models + (cfg.protocol == "fixed_target")
+    needed = models * len(pool) * (1 + 4 * positions * 4 + 8 * 4)
+    if needed > physical_memory_bytes():
+        raise ConfigError(f"num_models {models} x pool {len(pool)} x {positions} tokens needs "
+                          f"about {needed / 2**30:.1f} GiB to score; lower one of them (or "
+                          "data.options.max_tokens)")
+
+
+def _trains_language_models(train: Any) -> bool:
+    return build_recipe(train).language_model
+
+
+def default_text_attacks(outputs: Any, has_population: bool) -> list[str]:
+    """TEXT_ATTACKS less those the outputs lack inputs for (texts: zlib; mu/sigma:
+    min_k_pp; population data: rmia)."""
+    has_mu = np.isfinite(token_view(outputs.logits[0, :, 0])[:, 1]).any()
+    return [a for a in TEXT_ATTACKS if (a != "zlib" or outputs.texts is not None)
+            and (a != "min_k_pp" or has_mu)
+            and (has_population or not build_attack(a).needs_population)]
+
+
+def attack_extras(pool: Pool) -> dict[str, Any]:
+    """The AttackInput fields of the pool's kind of outputs."""
+    return {"modality": "text", "texts": list(pool.texts)} if pool.is_text else {}
+
+
+def text_model_stats(outputs: np.ndarray, keep: np.ndarray, audited: np.ndarray,
+                     targets: list[int]) -> dict[str, Any]:
+    """The targets' utility on text: next-token top-1 accuracy (the keys of class accuracy,
+    so reports read it unchanged) and per-token loss / perplexity, on members and audited
+    non-members. The interval of the test accuracy is a normal interval over the test texts'
+    per-text accuracies (tokens of one text are not independent trials)."""
+    in_audit = np.zeros(keep.shape[1], dtype=bool)
+    in_audit[audited] = True
+    rows: dict[str, list[float]] = {key: [] for key in (
+        "train_acc", "test_acc", "train_loss", "test_loss")}
+    tested: list[np.ndarray] = []
+    for target in targets:
+        view = token_view(outputs[target, :, 0]).astype(np.float64)
+        real = np.isfinite(view[:, 0])
+        count = np.maximum(real.sum(1), 1)
+        loss = -np.where(real, view[:, 0], 0).sum(1) / count
+        given = np.isfinite(view[:, 3])  # outputs made elsewhere may lack correctness
+        correct = np.where(given, view[:, 3], 0).sum(1) / np.maximum(given.sum(1), 1)
+        correct[~given.any(1)] = np.nan
+        member, non_member = keep[target], ~keep[target] & in_audit
+        for split, rows_mask in (("train", member), ("test", non_member)):
+            rows[f"{split}_acc"].append(float(correct[rows_mask].mean()))
+            rows[f"{split}_loss"].append(float(loss[rows_mask].mean()))
+        tested.append(correct[non_member])
+    train, test = np.array(rows["train_acc"]), np.array(rows["test_acc"])
+    per_text = np.concatenate(tested)
+    half = 1.96 * per_text.std(ddof=1) / np.sqrt(len(per_text)) if len(per_text) > 1 else np.nan
+    return {
+        "train_accuracy": float(train.mean()), "test_accuracy": float(test.mean()),
+        "generalization_gap": float((train - test).mean()),
+        "train_accuracy_std": float(train.std()), "test_accuracy_std": float(test.std()),
+        "test_accuracy_ci": [float(test.mean() - half), float(test.mean() + half)],
+        "per_target_train": [float(v) for v in train],
+        "per_target_test": [float(v) for v in test],
+        "accuracy_kind": "next-token top-1 accuracy" if np.isfinite(train).all() else
+        "not given (no token_correct in the outputs)",
+        "train_loss": float(np.mean(rows["train_loss"])),
+        "test_loss": float(np.mean(rows["test_loss"])),
+        "train_perplexity": float(np.exp(np.mean(rows["train_loss"]))),
+        "test_perplexity": float(np.exp(np.mean(rows["test_loss"]))),
+    }
+

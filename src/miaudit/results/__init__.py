@@ -1,0 +1,447 @@
+"""The results schema: what ``results.json`` holds, as typed records (:class:`Summary`, one
+:class:`AttackRecord` per attack, :class:`TargetModels`, :class:`Timing`, :class:`Privacy`,
+:class:`NsdeGuarantee`), shared by the score stage (which validates a summary before writing
+it), the report, the comparison and ``Results`` (which read it). Metric keys come from
+:mod:`miaudit.stats.metrics` (``metrics.tpr_key(level)``, FPR levels defined there once).
+
+Units: every rate (TPR, FPR, accuracy, AUC) is a fraction in [0, 1] in results.json and in
+this API (``Results.metric``, ``AttackRecord.tpr_at``, ``Results.table``); only the displays
+(the terminal table, the HTML report, the markdown tables) print percent, and say so.
+
+The records declare every key results.json carries (an unknown key is refused). The file on
+disk is the JSON of the dict the score stage built, written unchanged: its bytes, and the
+digest inside them, do not depend on these models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from miaudit._runtime.io import DIGEST_KEY, path_problem, read_digested_json, write_digested_json
+from miaudit.auditor.rundir import LAYOUT  # the one layout version of a run directory and its
+from miaudit.errors import ConfigError, RunDirError
+from miaudit.stats import metrics
+
+                                           # results
+
+EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
+
+Interval = list[float]  # [low, high]; lists as in the JSON, so a record compares to its file
+#: one entry of a metrics mapping (``metrics.summarize``): a rate, a count, an interval,
+#: whether a level is measurable, or what an interval covers
+MetricValue = bool | int | float | Interval | str | None
+
+
+class Record(BaseModel):
+    """A record of results.json: every key declared, none added, read-only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TargetModels(Record):
+    """Utility of the target models (means over targets; fractions)."""
+
+    train_accuracy: float
+    test_accuracy: float
+    generalization_gap: float
+    train_accuracy_std: float
+    test_accuracy_std: float
+    test_accuracy_ci: Interval | None = None
+    per_target_train: list[float] = []
+    per_target_test: list[float] = []
+    accuracy_query: str | None = None  # the clean query the accuracy was measured on
+    accuracy_note: str | None = None  # outputs made elsewhere without a clean query
+    accuracy_kind: str | None = None  # language models: what the accuracy counts
+    train_loss: float | None = None  # language models: per-token loss and perplexity
+    test_loss: float | None = None
+    train_perplexity: float | None = None
+    test_perplexity: float | None = None
+    train_seconds_mean: float | None = None
+    # robust evaluation (config robust_eval): natural and adversarial accuracy
+    train_natural_acc: float | None = None
+    train_natural_acc_per_target: list[float] | None = None
+    train_robust_acc: float | None = None
+    train_robust_acc_per_target: list[float] | None = None
+    test_natural_acc: float | None = None
+    test_natural_acc_per_target: list[float] | None = None
+    test_robust_acc: float | None = None
+    test_robust_acc_per_target: list[float] | None = None
+
+    def robust_accuracy(self) -> dict[str, float]:
+        """{"train_natural_acc": ..., ...}: the robust evaluation's means, when it ran."""
+        names = ("train_natural_acc", "train_robust_acc", "test_natural_acc", "test_robust_acc")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+class Machine(Record):
+    """What this run's seconds depend on besides the load: where it ran
+    (:func:`miaudit._runtime.machine.describe`)."""
+
+    cpus: int
+    cpu_capability: str  # the vector instruction set torch used on the CPU (AVX2, AVX512, ...)
+    # the training device's (None: torch cannot say): without them bf16 trains in slow
+    # fallback code
+    bf16_kernels: bool | None
+    gpu: str | None = None  # the CUDA device's name
+    # glibc's malloc thresholds raised (miaudit._runtime.allocator); None: recorded before they were
+    freed_memory_kept: bool | None = None
+
+    def text(self) -> str:
+        kernels = {True: "bfloat16 kernels", False: "no bfloat16 kernels",
+                   None: "bfloat16 kernels unknown"}[self.bf16_kernels]
+        memory = {True: ["freed memory kept"], False: ["malloc defaults"], None: []}
+        return ", ".join([*([self.gpu] if self.gpu else []),
+                          f"{self.cpus} CPUs {self.cpu_capability}", kernels,
+                          *memory[self.freed_memory_kept]])
+
+
+class Timing(Record):
+    """Wall-clock seconds of this run (an audit resumed or grown counts only its own work)."""
+
+    train_seconds_this_run: float
+    query_seconds_this_run: float | None = None  # layout 1 did not time the queries
+    attack_seconds: float
+    total_seconds_this_run: float
+    device: str
+    machine: Machine | None = None  # not recorded before 2026-12-01, nor on Ray (other hosts)
+
+
+class Privacy(Record):
+    """The DP-SGD guarantee of the targets (largest epsilon over targets)."""
+
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    sample_rate: float
+    epsilon_per_epoch: list[float]
+    note: str
+
+
+class NsdeGuarantee(Record):
+    """Paper A's Theorem 4.1 guarantee of SDE targets
+    (:func:`miaudit.privacy.nsde.nsde_guarantee`)."""
+
+    theorem: str
+    form: str
+    sigma: float
+    T: float
+    lipschitz: float
+    l_eps: float
+    delta: float
+    sensitivity: float
+    epsilon_implied: float
+    in_range: bool
+    n_sde_blocks: int
+    blocks: str
+    lipschitz_source: str
+    sde_convention: str | None = None
+    accountant_epsilon: float | None = None
+
+
+class EmpiricalEpsilon(Record):
+    """An attack's empirical lower bound on epsilon
+    (:func:`miaudit.privacy.bounds.empirical_epsilon`)."""
+
+    epsilon_lower: float
+    threshold: float
+    fpr: float
+    fnr: float
+    fpr_upper: float
+    fnr_upper: float
+    delta: float
+    confidence: float
+    correction: str
+    thresholds_tried: int
+    claimed_epsilon: float | None = None
+    verdict: str | None = None  # "contradicted" | "consistent" | None (no claim)
+
+
+class Difference(Record):
+    """This attack minus another of the same run on one metric, with its paired-bootstrap 95%
+    interval (:func:`miaudit.stats.intervals.add_paired_differences`)."""
+
+    value: float
+    ci: list[float]
+
+
+class AttackRecord(Record):
+    """One attack's results. ``pooled``, ``per_target`` and ``per_class`` are
+    ``metrics.summarize`` mappings: one key per metric, among them one per FPR level
+    (``tpr@0.1%``, ``tpr@0.1%_ci``, ``tpr@0.1%_measurable``, ...), so they stay mappings;
+    read them through :meth:`value`, :meth:`tpr_at`, :meth:`interval` and :meth:`measurable`.
+    ``mean`` / ``std`` / ``min`` / ``max``: over targets
+    (:func:`miaudit.stats.metrics.aggregate`)."""
+
+    attack: str  # the registry name
+    options: dict[str, Any]
+    pooled: dict[str, MetricValue]
+    mean: dict[str, float]
+    std: dict[str, float]
+    min: dict[str, float]
+    max: dict[str, float]
+    per_target: list[dict[str, MetricValue]]
+    per_class: dict[int, dict[str, MetricValue]]  # class label -> metrics (or counts only)
+    info: list[dict[str, Any]] | None = None  # per target: what the attack chose (its own keys)
+    caveats: list[str] = []  # the attack's warnings about its own numbers
+    empirical_epsilon: EmpiricalEpsilon | None = None
+    # other attack's label -> metric -> this minus that (paired bootstrap); absent before
+    differences: dict[str, dict[str, Difference]] | None = None
+
+    def measurable(self, key: str) -> bool:
+        """False when no threshold reaches that FPR (``metrics.summarize``)."""
+        return self.pooled.get(f"{key}_measurable") is not False
+
+    def value(self, key: str, view: str = "pooled") -> float | None:
+        """``key`` (e.g. "auc", "tpr@0.1%") pooled, or its mean / std / min / max over
+        targets; None for a level that cannot be measured, never a TPR at zero FPR."""
+        if not self.measurable(key):
+            return None
+        return self.pooled[key] if view == "pooled" else getattr(self, view).get(key)
+
+    def tpr_at(self, fpr: float, view: str = "pooled") -> float | None:
+        """TPR (a fraction) at FPR ``fpr`` (e.g. 0.001), or None where not measurable."""
+        return self.value(metrics.tpr_key(fpr), view)
+
+    def interval(self, key: str, kind: str = "") -> Interval | None:
+        """The pooled 95% interval of ``key``; ``kind`` "" (what ci_method says),
+        "conditional" (on these trained models) or "simultaneous" (over all attacks)."""
+        return self.pooled.get(f"{key}_ci" + (f"_{kind}" if kind else ""))
+
+    @property
+    def auc(self) -> float:
+        return float(self.pooled["auc"])
+
+    @property
+    def ci_method(self) -> str | None:
+        """What the pooled intervals cover; None in results written before issue 23."""
+        return self.pooled.get("ci_method")
+
+
+class Summary(Record):
+    """The contents of results.json (without its digest)."""
+
+    layout: int = 1  # layout 1 wrote no layout key
+    name: str
+    run_dir: str
+    run_identity: str | None = None  # absent from `miaudit score` runs
+    training_hash: str | None = None  # layout 1 only
+    protocol: str
+    targets: list[int]
+    num_models: int
+    pool_size: int
+    audited_size: int | None = None  # these four: every layout 2 record
+    population_size: int | None = None
+    holdout_size: int | None = None
+    queries: list[str]
+    scores_dir: str | None = None
+    target_models: TargetModels
+    attacks: dict[str, AttackRecord]
+    privacy: Privacy | None = None
+    nsde: NsdeGuarantee | None = None
+    config: dict[str, Any]  # the resolved AuditConfig, or EXTERNAL_SOURCE's description
+    timing: Timing | None = None
+    reference_planner: dict[str, Any] | None = None  # reference_planner.plan_references
+
+    @model_validator(mode="after")
+    def _layout_fields(self) -> Summary:
+        missing = [name for name in ("audited_size", "population_size", "holdout_size",
+                                     "scores_dir") if getattr(self, name) is None]
+        if self.layout >= 2 and missing:
+            raise ValueError(f"layout {self.layout} needs {', '.join(missing)}")
+        return self
+
+    @property
+    def external(self) -> bool:
+        """Scored from outputs made elsewhere (``miaudit score``): no config, no inputs."""
+        return self.config.get("source") == EXTERNAL_SOURCE
+
+    def reference_models(self, label: str) -> int | None:
+        """:func:`reference_models` of attack ``label``."""
+        attack = self.attacks[label]
+        return reference_models(attack.attack, attack.options, self.num_models)
+
+    def caveat_lines(self) -> list[str]:
+        """One line per warning an attack gave about its own numbers (marked * in tables)."""
+        labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it
+        for label, attack in self.attacks.items():
+            for caveat in attack.caveats:
+                labels.setdefault(caveat, []).append(label)
+        return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]
+
+
+def reference_models(attack: str, options: dict[str, Any], num_models: int) -> int | None:
+    """How many reference models attack ``attack`` (registry name, ``options``) calibrated each
+    target's scores with in a run of ``num_models`` models: every model but the target, under
+    either protocol; None for an attack that uses none (LOSS, Attack-P, ...) or one this
+    session cannot build (a user's attack not importable here). An attack with more
+    references is stronger (paper A's SDENet at the floor, the same 8 targets: LiRA AUC 0.520
+    with 7, 0.530 with 15), so two runs compare on leakage only at equal numbers."""
+    from miaudit.auditor.components import build_attack  # the registry: imported when asked
+
+    try:
+        built = build_attack({"name": attack, **options}, "attacks")
+    except ConfigError:
+        return None
+    return num_models - 1 if built.min_references else None
+
+
+@dataclass
+class Results:
+    """What an audit (or ``miaudit.score``) produced: the run directory and its results.json
+    as a :class:`Summary`. Results scored in memory (``miaudit.score(..., out_dir=None)``)
+    have no run directory and hold their per-sample scores themselves."""
+
+    run_dir: Path | None
+    summary: Summary
+    memory_scores: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    memory_members: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Results:
+        """The results of a finished run directory (results.json checked against the schema
+        and its scores folder present)."""
+        return cls(run_dir=Path(path), summary=load_summary(Path(path)))
+
+    @property
+    def attacks(self) -> dict[str, AttackRecord]:
+        return self.summary.attacks
+
+    def metric(self, attack: str, key: str, view: str = "pooled") -> float | None:
+        """E.g. ``results.metric("lira", "tpr@0.1%")``; view is pooled, mean or std. None for
+        a level that cannot be measured (``tpr@X_measurable`` false: below 1/non-members,
+        or the top tie group exceeds the FPR budget), never a TPR at zero FPR."""
+        return self.attacks[attack].value(key, view)
+
+    def table(self) -> Any:
+        """One row per attack label (a pandas DataFrame; ``pip install pandas``): the attack's
+        registry name, every pooled metric (an interval ``k`` as ``k_low`` / ``k_high``) and,
+        over several targets, ``k_mean`` / ``k_std``. Rates are fractions (see module
+        docstring)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Results.table() needs pandas: pip install pandas") from None
+        rows = {label: _table_row(attack) for label, attack in self.attacks.items()}
+        return pd.DataFrame.from_dict(rows, orient="index").rename_axis("label")
+
+    def plot_roc(self) -> Any:
+        """The log-log ROC of every attack, pooled over targets, as a matplotlib figure
+        (the run's roc.png)."""
+        from miaudit.reporting.figures import roc_figure
+
+        curves, members = {}, None
+        for label in self.attacks:
+            scores, truth = self.scores(label)
+            members = truth.ravel()
+            curves[label] = metrics.roc_curve(scores.ravel(), members)[:2]
+        return roc_figure(curves, {label: a.auc for label, a in self.attacks.items()},
+                          members, roc_title(self.summary))
+
+    def scores(self, attack: str) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, members) of one attack label, both (targets, audited samples): the
+        per-sample membership scores (higher = more likely a member) and the ground truth."""
+        if attack not in self.attacks:
+            raise KeyError(f"no attack {attack!r}; have {sorted(self.attacks)}")
+        if self.run_dir is None:
+            return self.memory_scores[attack], self.memory_members
+        from miaudit.auditor.rundir import audited_members, read_scores
+
+        return (read_scores(self.run_dir, self.summary.scores_dir, attack),
+                audited_members(self.run_dir, self.summary.targets))
+
+
+def roc_title(summary: Summary) -> str:
+    return f"{summary.name} (pooled over {len(summary.targets)} targets)"
+
+
+def _table_row(attack: AttackRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {"attack": attack.attack}
+    pooled = attack.pooled
+    unmeasurable = {key.removesuffix("_measurable") for key, value in pooled.items()
+                    if key.endswith("_measurable") and value is False}
+    for key, value in pooled.items():
+        if key in unmeasurable:  # as Results.metric: no number, not a TPR at zero FPR
+            row[key] = None
+        elif isinstance(value, (list, tuple)) and len(value) == 2:
+            row[f"{key}_low"], row[f"{key}_high"] = value
+        elif isinstance(value, (int, float, bool)) or value is None:
+            row[key] = value
+    if len(attack.per_target) > 1:
+        for view in ("mean", "std"):
+            row.update({f"{key}_{view}": None if key in unmeasurable else value
+                        for key, value in getattr(attack, view).items()})
+    return row
+
+
+def write_results(path: Path, summary: dict[str, Any]) -> None:
+    """Write the record ``summary`` (a dict, written as built) with the digest of its JSON
+    content, so damage is found on reading."""
+    write_digested_json(path, summary)
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """results.json as written (a dict), verified against its digest; a damaged or edited
+    file is named."""
+    summary, problem = read_digested_json(path)
+    if problem is not None:
+        raise RunDirError(f"{path} is damaged ({problem}); rerun the audit (or miaudit score) "
+                          "to rebuild it: it reuses every trained model")
+    return summary
+
+
+# what a rerun that reproduced a result may change: when, where and how fast it was made
+CIRCUMSTANCES = ("timing", "scores_dir", "run_dir", DIGEST_KEY)
+
+
+def holds_result(run_root: Path, record: dict[str, Any]) -> bool:
+    """Whether run directory ``run_root`` holds the result ``record`` (e.g. an experiment's
+    committed copy of its results.json): the same content but for :data:`CIRCUMSTANCES`. A run
+    directory rescored since at another number of models, or retrained, answers for another
+    result: its scores must not stand for ``record``'s."""
+    try:
+        found = read_results(Path(run_root) / "results.json")
+    except RunDirError:
+        return False
+    return _without_circumstances(found) == _without_circumstances(record)
+
+
+def _without_circumstances(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if key not in CIRCUMSTANCES}
+
+
+def parse_summary(record: dict[str, Any], path: Path | str) -> Summary:
+    """``record`` (results.json's contents) as a :class:`Summary`; RunDirError naming
+    ``path`` when it does not match the schema."""
+    try:
+        return Summary.model_validate(record)
+    except Exception as error:
+        raise RunDirError(f"{path} does not match the results schema ({error}); rerun the "
+                          "audit to rebuild it") from None
+
+
+def load_summary(run_root: Path) -> Summary:
+    """results.json of a finished run of this layout, checked against the schema."""
+    if not Path(run_root).is_dir():
+        raise RunDirError(f"{path_problem(Path(run_root), 'folder')}: give a run directory")
+    path = Path(run_root) / "results.json"
+    if not path.exists():
+        raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
+    record = read_results(path)
+    # layout 1 wrote no layout key but had attacks; {} (or a hand-cut file) is neither
+    layout = record.get("layout", 1 if "attacks" in record else None)
+    if layout is None:
+        raise RunDirError(f"{path} is incomplete (no layout); rerun the audit to rebuild it "
+                          "(it reuses every trained model)")
+    if layout != LAYOUT:
+        raise RunDirError(f"{path} was written by an older miaudit (layout {layout}, this one "
+                          f"reads {LAYOUT}); rerun the audit to rebuild it")
+    summary = parse_summary(record, path)
+    if not (Path(run_root) / summary.scores_dir).is_dir():
+        raise RunDirError(f"{path} names scores folder {summary.scores_dir}, which is "
+                          "missing; rerun the audit to rebuild it")
+    return summary

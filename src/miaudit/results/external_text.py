@@ -1,0 +1,95 @@
+"""Per-token log-probabilities of language models produced elsewhere, for ``miaudit score``.
+
+A bundle (``.npz`` or ``.safetensors``) with arrays
+
+- ``keep`` (M, N): model m trained on text i;
+- ``token_logprobs`` (M, N, T): log p(t_j | t_<j) of each text's tokens under each model,
+  NaN after a text's last token (texts of different lengths);
+- optional ``token_mu``, ``token_sigma`` (M, N, T): mean and standard deviation of
+  log p(z | t_<j) over the model's next-token distribution (Min-K%++ needs them);
+- optional ``token_correct`` (M, N, T): 1 where the model's most likely next token was t_j
+  (the next-token accuracy beside the leakage numbers);
+- optional ``texts`` (N,) strings (``.npz`` only; the zlib attack needs them).
+
+is turned into the layout the audit's query stage stores for ``causal_lm`` models (see
+:mod:`miaudit.queries.signals`), so every text attack reads it the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miaudit.errors import ExternalOutputsError
+from miaudit.results.external_outputs import ExternalOutputs, as_bool_keep, check_balance
+from miaudit.results.outputfiles import _read_arrays
+
+OPTIONAL = ("token_mu", "token_sigma", "token_correct")
+
+
+def is_text_bundle(path: Path) -> bool:
+    """Whether the bundle holds token_logprobs (array names only; nothing is loaded)."""
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="numpy") as handle:
+                return "token_logprobs" in handle.keys()
+        if path.suffix.lower() == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                return "token_logprobs" in archive.files
+    except Exception:  # not readable as such: the bundle reader reports it with its message
+        return False
+    return False
+
+
+def read_text_bundle(path: Path, *, balance: str = "warn",
+                     population: np.ndarray | None = None) -> ExternalOutputs:
+    where = str(path)
+    arrays = _read_arrays(path, path.suffix.lower())
+    if "keep" not in arrays:
+        raise ExternalOutputsError(f"{where}: no array 'keep' (models x texts, bool)")
+    keep = as_bool_keep(np.asarray(arrays["keep"]), where)
+    log_p = np.asarray(arrays["token_logprobs"], dtype=np.float64)
+    if keep.ndim != 2 or keep.shape[0] < 2 or log_p.ndim != 3 or log_p.shape[:2] != keep.shape:
+        raise ExternalOutputsError(
+            f"{where}: keep {keep.shape} and token_logprobs {log_p.shape} must be (M, N) and "
+            "(M, N, T) for the same M >= 2 models and N texts")
+    real = np.isfinite(log_p)
+    if (log_p[real] > 1e-6).any():
+        raise ExternalOutputsError(f"{where}: token_logprobs holds values > 0; give natural "
+                                   "log-probabilities (<= 0), not probabilities or losses")
+    if not real.any(axis=2).all():
+        raise ExternalOutputsError(f"{where}: some texts have no finite token log-probability "
+                                   "under some model; each text needs at least one token")
+    stats = [log_p]
+    for name in OPTIONAL:
+        if name in arrays:
+            extra = np.asarray(arrays[name], dtype=np.float64)
+            if extra.shape != log_p.shape:
+                raise ExternalOutputsError(f"{where}: {name} {extra.shape} must match "
+                                           f"token_logprobs {log_p.shape}")
+            if not np.isfinite(extra[real]).all():
+                raise ExternalOutputsError(f"{where}: {name} is NaN or infinite where "
+                                           "token_logprobs is finite")
+            stats.append(np.where(real, extra, np.nan))
+        else:
+            stats.append(np.full(log_p.shape, np.nan))
+    check_balance(keep, balance, where, population)
+    packed = np.concatenate(stats, axis=-1).astype(np.float32)[:, :, None, :]
+    return ExternalOutputs(keep=keep, logits=packed, labels=np.zeros(keep.shape[1], np.int64),
+                           query_names=["identity"],
+                           model_names=[f"model{m}" for m in range(keep.shape[0])],
+                           modality="text", texts=_texts(arrays, keep.shape[1], where))
+
+
+def _texts(arrays: dict[str, Any], count: int, where: str) -> list[str] | None:
+    if "texts" not in arrays:
+        return None
+    texts = np.asarray(arrays["texts"])
+    if texts.dtype.kind != "U" or texts.shape != (count,):
+        raise ExternalOutputsError(f"{where}: texts must be ({count},) strings, got "
+                                   f"{texts.dtype} {texts.shape}")
+    return [str(t) for t in texts]

@@ -1,0 +1,288 @@
+"""The score stage's core, shared by audits and by ``miaudit score`` (outputs made elsewhere):
+every attack on every target over stored outputs, per-target and pooled metrics, written as
+one atomic scores generation. Never touches a model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miaudit._runtime.io import text_digest, write_array
+from miaudit.attacks import AttackInput
+from miaudit.attacks.suite import rotation_references, run_attack
+from miaudit.auditor.components import Spec, attack_label, build_attack
+from miaudit.auditor.identity import array_digest
+from miaudit.auditor.rundir import LAYOUT, RunDir, check_scores_names, scores_name
+from miaudit.errors import ConfigError
+from miaudit.privacy.bounds import empirical_epsilon
+from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results
+from miaudit.stats import intervals, metrics
+
+
+def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
+                  references: Callable[[int], np.ndarray], audited: np.ndarray,
+                  folder: Path | None, privacy: Privacy | None = None,
+                  kept: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """{label: attack summary} for every attack spec; writes (targets x audited) scores of each
+    attack into ``folder`` (None: no files) and into ``kept`` when given. ``privacy`` (claimed
+    epsilon, delta) adds empirical bounds."""
+    members = data.keep[targets][:, audited]
+    labels = data.labels[audited]
+    # one set of resamples for every attack: the simultaneous band needs them shared
+    resamples = intervals.Resamples.draw(len(targets), len(audited))
+    attacks: dict[str, Any] = {}
+    replicates: dict[str, dict[str, np.ndarray]] = {}
+    for index, spec in enumerate(specs):
+        label, name, options = attack_label(spec)
+        attack = build_attack(spec, f"attacks[{index}]")
+        outcomes = run_attack(attack, data, targets, references)
+        scores = np.stack([np.asarray(o.scores)[audited] for o in outcomes])
+        attacks[label] = attack_summary(name, options, scores, members, labels, privacy)
+        replicates[label] = intervals.replicate_metrics(scores, members, resamples,
+                                                        metrics.DEFAULT_FPR_LEVELS)
+        attacks[label]["pooled"] = intervals.pooled_intervals(
+            attacks[label]["pooled"], replicates[label], resamples.method)
+        if any(o.info for o in outcomes):
+            attacks[label]["info"] = [o.info for o in outcomes]
+        if caveats := attack.caveats(len(references(targets[0]))):  # beside the resolution one
+            attacks[label]["caveats"] = [*attacks[label].get("caveats", []), *caveats]
+        if folder is not None:
+            write_array(folder / scores_name(label), scores)
+        if kept is not None:
+            kept[label] = scores
+    # the report names the strongest attack by these metrics, each with a band over all attacks
+    intervals.add_simultaneous_bands(attacks, replicates, metrics.HEADLINE_KEYS)
+    intervals.add_paired_differences(attacks, replicates, metrics.HEADLINE_KEYS)
+    return attacks
+
+
+def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, members: np.ndarray,
+                   labels: np.ndarray, privacy: Privacy | None) -> dict[str, Any]:
+    per_target = [metrics.summarize(s, m) for s, m in zip(scores, members)]
+    summary = {
+        "attack": name, "options": options,
+        "pooled": metrics.summarize(scores.ravel(), members.ravel()),
+        **metrics.aggregate(per_target),
+        "per_target": per_target,
+        "per_class": metrics.per_class(scores.ravel(), members.ravel(),
+                                       np.tile(labels, len(scores))),
+    }
+    caveats = [resolution_caveat(int((~members).sum())), saturation_caveat(scores)]
+    if caveats := [caveat for caveat in caveats if caveat]:
+        summary["caveats"] = caveats
+    if privacy is not None:
+        summary["empirical_epsilon"] = empirical_epsilon(
+            scores, members, privacy.delta, claimed_epsilon=privacy.epsilon).as_dict()
+    return summary
+
+
+def resolution_caveat(nonmembers: int) -> str | None:
+    """A warning when the pooled non-members are too few to resolve even the coarsest FPR
+    level of the table: an FPR of alpha is only seen with at least 1/alpha non-members."""
+    coarsest = max(metrics.DEFAULT_FPR_LEVELS)
+    needed = int(np.ceil(1 / coarsest))
+    if nonmembers >= needed:
+        return None
+    return (f"only {nonmembers} non-members in all: an FPR of {coarsest:.0%} needs at least "
+            f"{needed}, so the TPR columns rest on too few samples; score more samples "
+            "(data.pool_size)")
+
+
+SATURATED = 0.5  # share of (target, sample) scores at one tied value that makes an attack saturated
+
+
+def saturation_caveat(scores: np.ndarray) -> str | None:
+    """A warning when one tied value holds most scores: the attack cannot rank those samples
+    (e.g. RMIA whose gamma exceeds every likelihood ratio these models produce scores 0 for
+    nearly all), so its low TPR and AUC near 0.5 say more about the attack's setting than
+    about the models' leakage."""
+    values, counts = np.unique(np.asarray(scores).ravel(), return_counts=True)
+    share = counts.max() / counts.sum()
+    if share < SATURATED:
+        return None
+    return (f"saturated: {share:.0%} of the scores share one value ({values[counts.argmax()]:.4g};"
+            f" {len(values)} distinct values in all), so the attack ranks few samples and its "
+            "TPR and AUC understate what a tuned attack finds (for RMIA: lower gamma)")
+
+
+def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
+                   audited: np.ndarray, targets: list[int], column: int) -> dict[str, Any]:
+    """Train (members) and test (audited non-members) accuracy of the targets, with an exact
+    95% interval for the mean test accuracy."""
+    in_audit = np.zeros(len(labels), dtype=bool)
+    in_audit[audited] = True
+    train_acc, test_acc, tested, correct_total = [], [], 0, 0
+    for target in targets:
+        correct = logits[target, :, column].argmax(-1) == labels
+        member = keep[target]
+        train_acc.append(correct[member].mean())
+        test_acc.append(correct[~member & in_audit].mean())
+        tested += int((~member & in_audit).sum())
+        correct_total += int(correct[~member & in_audit].sum())
+    train, test = np.array(train_acc), np.array(test_acc)
+    return {
+        "train_accuracy": float(train.mean()), "test_accuracy": float(test.mean()),
+        "generalization_gap": float((train - test).mean()),
+        "train_accuracy_std": float(train.std()), "test_accuracy_std": float(test.std()),
+        "test_accuracy_ci": metrics.clopper_pearson(correct_total, tested),
+        "per_target_train": [float(v) for v in train],
+        "per_target_test": [float(v) for v in test],
+    }
+
+
+def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> dict[str, Any]:
+    """Accuracy of outputs made elsewhere, from their clean query (named ``identity``, or a
+    shift by 0 without flip); without one, from the first query, and the summary says so."""
+    from miaudit.queries import clean_column
+
+    column = clean_column(list(outputs.query_names))
+    stats = accuracy_stats(outputs.logits, outputs.labels, outputs.keep, audited, targets,
+                           0 if column is None else column)
+    stats["accuracy_query"] = outputs.query_names[0 if column is None else column]
+    if column is None:
+        stats["accuracy_note"] = (f"accuracy on query {outputs.query_names[0]!r}, which may "
+                                  "be an augmentation: no query is named identity")
+    return stats
+
+
+def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
+    """Every target needs members and non-members among the scored samples (a TPR and an
+    FPR to measure), before any work."""
+    for target in targets:
+        count = int(members[target].sum())
+        if count in (0, members.shape[1]):
+            raise ConfigError(f"model {target} has {count} members among the "
+                              f"{members.shape[1]} scored samples: a target needs both "
+                              "members and non-members (check keep, or --population)")
+
+
+def publish(run: RunDir, summary: dict[str, Any]) -> Results:
+    """Validate the summary record against the results schema, drop the report files of the
+    previous results, write results.json (the record as built, naming its scores
+    generation), then drop older generations."""
+    checked = Summary.model_validate(summary)
+    run.drop_report_files()
+    write_results(run.root / "results.json", summary)
+    run.drop_old_scores(checked.scores_dir)
+    return Results(run_dir=run.root, summary=checked)
+
+
+def score(outputs: Any, attacks: list[Spec] | None = None, *,
+          out_dir: str | Path | None = None, population: np.ndarray | None = None,
+          targets: list[int] | None = None, balance: str = "warn",
+          name: str = "scored") -> Results:
+    """What ``miaudit score`` does, as a function: every attack over the outputs of models
+    trained elsewhere, each model in turn the target (or ``targets``), the others its
+    references.
+
+    ``outputs``: an :class:`miaudit.results.external.ExternalOutputs`, or the path of a LiRA
+    experiment folder or a bundle file; ``attacks``: specs as in a config (default: the
+    default audit's suite); ``population``: indices of samples no model trained on (never
+    scored); ``balance`` (a path only): samples IN for all or no models are an "error", "warn"
+    or "ignore"; ``out_dir``: the run directory to write (results.json, per-sample scores,
+    plots), or None to write nothing and keep the scores in the returned :class:`Results`.
+    """
+    from miaudit.config import DEFAULT_ATTACKS
+    from miaudit.results.external import read_any
+
+    if isinstance(outputs, (str, Path)):
+        outputs = read_any(outputs, population=population, balance=balance)
+    specs = list(DEFAULT_ATTACKS) if attacks is None else list(attacks)
+    return score_outputs(outputs, specs, None if out_dir is None else Path(out_dir),
+                         population=population, targets=targets, name=name)
+
+
+def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
+                  population: np.ndarray | None = None, targets: list[int] | None = None,
+                  name: str = "scored") -> Results:
+    """The score and report stages over outputs made elsewhere (``miaudit score``): every
+    model in turn the target (or ``targets``), every other model its references, the
+    population samples (never scored) for attacks that need them. Writes a run directory
+    that ``miaudit report`` reads like an audit's; with ``out_dir`` None it writes nothing and
+    the Results hold the scores in memory (``run_dir`` None)."""
+    population, audited, targets = _score_plan(outputs, specs, population, targets)
+    data = outputs.attack_input(population=population)
+    data.evaluated = audited
+    references = rotation_references(outputs.num_models)
+    if out_dir is None:
+        kept: dict[str, np.ndarray] = {}
+        attacks = score_attacks(data, specs, targets, references, audited, None, kept=kept)
+        summary = _outputs_summary(outputs, specs, name, "", "", targets, audited, population,
+                                   attacks)
+        members = outputs.keep[targets][:, audited]
+        return Results(run_dir=None, summary=Summary.model_validate(summary), memory_scores=kept,
+                       memory_members=members)
+    from miaudit.reporting.terminal import render_plots
+
+    identity = text_digest({name: array_digest(array) for name, array in (
+        ("keep", outputs.keep), ("logits", outputs.logits), ("labels", outputs.labels))})
+    run = RunDir(Path(out_dir))
+    with run.lock():
+        run.sweep()
+        run.claim(identity, {"scored": name, "attacks": specs})
+        run.write_plan(outputs.keep, {"audited": audited, "population": population,
+                                      "holdout": np.zeros(0, dtype=np.int64)})
+        with run.new_scores() as folder:
+            attacks = score_attacks(data, specs, targets, references, audited, folder)
+            scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
+        summary = _outputs_summary(outputs, specs, name, str(run.root), scores_dir, targets,
+                                   audited, population, attacks)
+        results = publish(run, summary)
+        render_plots(run.root, results.summary)
+    return results
+
+
+def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
+                targets: list[int] | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(population, audited samples, targets), every attack option checked before any work."""
+    from miaudit.auditor.text_audit import fitting_attacks
+    from miaudit.results.external import population_indices
+
+    samples = outputs.keep.shape[1]
+    population = population_indices(np.zeros(0, np.int64) if population is None
+                                     else population, samples, "population")
+    audited = np.setdiff1d(np.arange(samples), population)
+    targets = list(range(outputs.num_models)) if targets is None else list(targets)
+    check_targets_have_both(outputs.keep[:, audited], targets)
+    labels = [attack_label(spec)[0] for spec in specs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"attack labels must be distinct, got {labels}")
+    check_scores_names(labels)
+    for index, spec in enumerate(specs):  # option errors before any work
+        attack = build_attack(spec, f"attacks[{index}]")
+        if outputs.modality not in attack.modalities:
+            raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
+                              f"outputs; {fitting_attacks(outputs.modality)}")
+        if attack.min_references > outputs.num_models - 1:
+            raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
+                              f"models; the outputs hold {outputs.num_models} models")
+        if attack.needs_features:
+            raise ConfigError(f"attacks[{index}] regresses on the inputs, which outputs made "
+                              "elsewhere lack: run it in an audit")
+        if attack.needs_population and not population.size:
+            raise ConfigError(f"attacks[{index}] needs population data: pass --population "
+                              "(indices of samples no model trained on)")
+    return population, audited, targets
+
+
+def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
+                     scores_dir: str, targets: list[int], audited: np.ndarray,
+                     population: np.ndarray, attacks: dict[str, Any]) -> dict[str, Any]:
+    """The results.json summary of scored outputs (the layout of an audit's)."""
+    from miaudit.auditor.text_audit import text_model_stats
+
+    return {
+        "layout": LAYOUT, "name": name, "run_dir": run_dir, "protocol": "rotation",
+        "targets": targets, "num_models": outputs.num_models,
+        "pool_size": outputs.keep.shape[1], "audited_size": int(len(audited)),
+        "population_size": int(len(population)), "holdout_size": 0,
+        "queries": list(outputs.query_names), "scores_dir": scores_dir,
+        "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
+        if outputs.modality == "text" else external_accuracy(outputs, audited, targets),
+        "attacks": attacks,
+        "config": {"source": EXTERNAL_SOURCE, "attacks": specs,
+                   "models": list(outputs.model_names)},
+    }

@@ -1,0 +1,1 @@
+"""Pure numpy statistics: attack metrics and their confidence intervals."""
