@@ -37,8 +37,7 @@ from miaudit.configtools import format_errors, set_dotted
 from miaudit.errors import ConfigError
 from miaudit.executors import ExecutorConfig
 from miaudit.registry import DATASETS, MAX_OPTION_ITEMS, MODELS, RECIPES, check_size
-from miaudit.training.engine import TrainParams
-from miaudit.training.precision import check_precision, retire_amp
+from miaudit.training.params import TrainParams
 
 MODEL_PROVIDED = ("input_shape", "num_classes", "width")  # arguments miaudit passes to models
 # A config file expands to at most this many values: YAML aliases share one object, so a
@@ -154,6 +153,8 @@ class TrainConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _retired_amp(cls, raw: Any) -> Any:
+        from miaudit.training.precision import retire_amp  # torch: only when validating
+
         return retire_amp(raw)
 
     def identity_dump(self) -> dict[str, Any]:
@@ -181,6 +182,8 @@ class TrainConfig(_Strict):
     @model_validator(mode="after")
     def _components(self) -> TrainConfig:
         check_size(self.recipe_options, "train.recipe_options")
+        from miaudit.training.precision import check_precision
+
         recipe = build_recipe(self)  # option names and values, before any training
         check_precision(self.precision, self.recipe, recipe, self.ensemble)
         return self

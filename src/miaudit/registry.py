@@ -25,6 +25,7 @@ import importlib
 import inspect
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from miaudit.errors import ConfigError
@@ -153,11 +154,16 @@ class Registry(Generic[T]):
         return sorted(set(self._modules) | {n for n in self._entries if ":" not in n})
 
     def describe(self) -> dict[str, str]:
-        """Name -> first docstring line, for the listing commands (imports every module)."""
-        return {
-            name: ((self.get(name).__doc__ or "").strip().splitlines() or [""])[0]
-            for name in self.names()
-        }
+        """Name -> first docstring line, for the listing commands. A built-in's docstring is
+        read from its module's source (no import: listing attacks loads no torch); plugins
+        and entries registered at run time are read from the live object."""
+        described = {}
+        for name in self.names():
+            doc = None if name in self._entries else _static_doc(self._modules.get(name), name)
+            if doc is None:
+                doc = self.get(name).__doc__ or ""
+            described[name] = (doc.strip().splitlines() or [""])[0]
+        return described
 
     def __contains__(self, name: str) -> bool:
         try:
@@ -196,6 +202,26 @@ def _load_entry_points() -> None:
                               f"{error}") from error
         if callable(loaded) and not inspect.ismodule(loaded):
             loaded()
+
+
+def _static_doc(module: str | None, name: str) -> str | None:
+    """The docstring of the definition in ``module``'s source decorated with
+    ``<REGISTRY>.register(name, ...)``, or None when the source does not show one."""
+    if not module or not module.startswith("miaudit."):
+        return None
+    path = Path(__file__).parent.joinpath(*module.split(".")[1:])  # without importing parents
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if not path.is_file():
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and any(
+                isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute)
+                and d.func.attr == "register" and d.args
+                and isinstance(d.args[0], ast.Constant) and d.args[0].value == name
+                for d in node.decorator_list):
+            return ast.get_docstring(node) or ""
+    return None
 
 
 def _modules(package: str, table: dict[str, str]) -> dict[str, str]:

@@ -7,6 +7,8 @@ and reports user errors through the one decorator of :mod:`.errors`.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
@@ -21,6 +23,23 @@ __all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
                   no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from miaudit.version import __version__
+
+        typer.echo(f"miaudit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="print miaudit's version and exit")] = False) -> None:
+    """Membership-inference privacy audits of neural networks."""
+
+
 app.command()(audit)
 app.command()(report)
 app.command()(score)

@@ -10,13 +10,6 @@ import typer
 from rich.console import Console
 
 from miaudit.cli.errors import errors, user_errors
-from miaudit.reporting.compare import (
-    CompareError,
-    comparison,
-    load_views,
-    rich_table,
-    write_compare_html,
-)
 
 if TYPE_CHECKING:
     from miaudit.results import Summary
@@ -24,7 +17,7 @@ if TYPE_CHECKING:
 console = Console() if sys.stdout.isatty() else Console(width=200)
 
 
-@user_errors(CompareError, KeyError)
+@user_errors()
 def compare(
     run_dirs: Annotated[list[Path], typer.Argument(help="run directories (or results.json "
                                                    "files)")],
@@ -41,6 +34,8 @@ def compare(
 ) -> None:
     """Compare runs: one row per run (labelled by what differs between their configs), target
     accuracy and gap, and per attack TPR@0.1% FPR [95% CI], TPR@1% FPR and AUC."""
+    from miaudit.reporting.compare import comparison, load_views, rich_table, write_compare_html
+
     chosen = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
     table = comparison(load_views(run_dirs), chosen)
     console.print(rich_table(table))

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from rich.markup import escape
 from rich.table import Table
 
-from miaudit._runtime import machine
 from miaudit.cli.commands import console
 from miaudit.registry import (
     ACCOUNTANTS,
@@ -55,6 +54,8 @@ PRECISION_ADVICE = {True: "bf16 (1.85-2.4x fp32 on the AVX512_BF16 CPU measured)
 
 def devices() -> None:
     """List the devices here (--device) and whether train.precision bf16 pays off on each."""
+    from miaudit._runtime import machine  # torch
+
     table = Table(title="devices")
     for column in ("device", "what", "bfloat16 kernels", "train.precision"):
         table.add_column(column)

@@ -12,8 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from miaudit._runtime.lazy import LazyModule
 from miaudit.cli.errors import user_errors
-from miaudit.privacy import accounting, nsde, nsde_gdp
+
+# the accountants import opacus and torch: loaded at a command's first use, not for --help
+accounting = LazyModule("miaudit.privacy.accounting")
+nsde = LazyModule("miaudit.privacy.nsde")
+nsde_gdp = LazyModule("miaudit.privacy.nsde_gdp")
 
 app = typer.Typer(help="Differential-privacy accounting and bounds.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -264,9 +269,9 @@ def nsde_command(
         bound: Annotated[str, typer.Option(
             help="theorem (paper A, Theorem 4.1 / Corollary 4.2) | gdp (our exact GDP "
                  "derivation) | classic")] = "theorem",
-        form: Annotated[str, typer.Option(
+        form: Annotated[str | None, typer.Option(
             help="theorem bound: proof (default: what the proof establishes) | printed")]
-        = nsde.DEFAULT_FORM,
+        = None,
         l_eps: Annotated[float, typer.Option(
             "--l-eps", help="theorem bound: Lipschitz constant of the Euler-Maruyama error "
             "(Remark 1)")] = 0.0,
@@ -292,6 +297,7 @@ def nsde_command(
         raise typer.BadParameter("give exactly one of --epsilon and --sigma")
     if bound not in BOUNDS:
         raise typer.BadParameter(f"--bound must be one of {', '.join(BOUNDS)}; got {bound!r}")
+    form = form or nsde.DEFAULT_FORM
     if form not in nsde.FORMS:
         raise typer.BadParameter(f"--form must be one of {', '.join(nsde.FORMS)}; got {form!r}")
     notes: list[str] = []

@@ -20,6 +20,7 @@ from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from miaudit._runtime.io import write_bytes
+from miaudit.errors import InputFileError
 from miaudit.reporting import figures
 from miaudit.reporting.html import CSS, pct
 from miaudit.reporting.run_view import Metric, RunView
@@ -33,7 +34,7 @@ ATTACK_COLUMNS = ("TPR@0.1% [CI]", "TPR@1%", "AUC")
 MODEL_COLUMNS = ("train acc", "test acc", "gap")
 
 
-class CompareError(ValueError):
+class CompareError(InputFileError, ValueError):
     """Runs that cannot be compared (e.g. an attack missing from one of them)."""
 
 
