@@ -67,11 +67,10 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int = 4) -> Path:
     save_pretrained; reused when present (its files enter the audits' identities)."""
     import torch
 
+    from miaudit import DATASETS, RECIPES
     from miaudit.data import make_pool
-    from miaudit.data.text import load_text
-    from miaudit.models.causal_lm import causal_lm
-    from miaudit.recipes.language_model import LanguageModel
-    from miaudit.training.engine import TrainEnv, TrainParams
+    from miaudit.models import build_model
+    from miaudit.training import TrainEnv, TrainParams
 
     folder = out / "base-gpt2-public-fortunes"
     if (folder / "config.json").is_file():
@@ -81,15 +80,16 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int = 4) -> Path:
     public.parent.mkdir(parents=True, exist_ok=True)
     public.write_text("\n%\n".join((fortunes / name).read_text(errors="replace")
                                    for name in PUBLIC if (fortunes / name).is_file()))
-    pool = make_pool(load_text(data_dir=public, format="fortune", max_tokens=48), "all",
-                     None, 0)
+    pool = make_pool(DATASETS.build("text", data_dir=public, format="fortune", max_tokens=48),
+                     "all", None, 0)
     torch.manual_seed(0)
     # n_positions 49: the audited pool's samples are at most 1 + 48 tokens as well
-    model = causal_lm(input_shape=(49,), num_classes=pool.num_classes, dim=64, heads=4)
+    model = build_model("causal_lm", input_shape=(49,), num_classes=pool.num_classes, dim=64,
+                        heads=4)
     params = TrainParams(epochs=epochs, batch_size=32, optimizer="adam", lr=0.003,
                          weight_decay=0.0, schedule="constant")
     x = torch.nn.functional.pad(pool.x, (0, 49 - pool.x.shape[1]), value=-1)[:, :49]
-    model, log = LanguageModel().train(model, x, pool.y, params, TrainEnv(seed=0))
+    model, log = RECIPES.build("lm").train(model, x, pool.y, params, TrainEnv(seed=0))
     model.lm.save_pretrained(folder)
     print(f"pre-trained the base on {len(x)} public fortunes (final loss "
           f"{log['loss'][-1]:.3f} nats per byte)", flush=True)
