@@ -9,8 +9,9 @@ import pytest
 import torch
 from scipy.stats import binom
 
-from miaudit.privacy import auditing
+from miaudit.privacy import auditing, bounds
 from miaudit.privacy.accounting import gaussian_epsilon
+from miaudit.stats import metrics
 
 
 # -- one run: the theorem's p-value against hand-worked values ----------------------------------
@@ -141,8 +142,8 @@ def test_one_run_audit_bonferroni_over_grid():
 # -- multi-run ------------------------------------------------------------------------------------
 def test_clopper_pearson_zero_successes_closed_form():
     # 0 of n: upper bound 1 - alpha^(1/n) (Beta(1, n) quantile); n = 100, alpha = 0.025.
-    assert auditing.clopper_pearson_upper(0, 100, 0.025) == pytest.approx(1 - 0.025 ** 0.01)
-    assert auditing.clopper_pearson_upper(100, 100, 0.025) == 1.0
+    assert metrics.clopper_pearson_upper(0, 100, 0.025) == pytest.approx(1 - 0.025 ** 0.01)
+    assert metrics.clopper_pearson_upper(100, 100, 0.025) == 1.0
 
 
 def test_epsilon_from_rates_hand_worked():
@@ -151,6 +152,33 @@ def test_epsilon_from_rates_hand_worked():
     # delta = 0.05: log((1 - 0.05 - 0.2) / 0.1) = log 7.5
     assert auditing.epsilon_from_rates(0.1, 0.2, 0.05) == pytest.approx(math.log(7.5))
     assert auditing.epsilon_from_rates(0.5, 0.5) == 0.0
+
+
+def test_certified_epsilon_keeps_the_valid_side_of_a_vacuous_pair():
+    # FPR upper 0.999 with delta 0.01: the first side's numerator 1 - 0.01 - 0.999 < 0 is
+    # vacuous, the second still counts: log((1 - 0.01 - 0.001) / 0.999) < 0
+    both = auditing.certified_epsilon(np.array([0.999, 0.1]), np.array([0.001, 0.2]), 0.01)
+    assert both[0] == pytest.approx(math.log(0.989 / 0.999))
+    assert both[1] == pytest.approx(math.log(0.79 / 0.1))  # max(log(0.89/0.2), log(0.79/0.1))
+    assert auditing.certified_epsilon(1.0, 1.0) == -np.inf  # both vacuous
+
+
+def test_one_definition_of_the_empirical_bound_and_of_clopper_pearson():
+    # the audit-scores bound (bounds.empirical_epsilon) and the canary bound
+    # (auditing.epsilon_from_rates) are the same formula over the same Clopper-Pearson bounds
+    rng = np.random.default_rng(3)
+    scores = np.concatenate([rng.normal(2, 1, 400), rng.normal(0, 1, 400)])
+    labels = np.arange(800) < 400
+    found = bounds.empirical_epsilon(scores, labels, 1e-5, thresholds=[1.0], alpha=0.05)
+    fp, fn = int((scores[~labels] >= 1).sum()), int((scores[labels] < 1).sum())
+    fpr_up = metrics.clopper_pearson_upper(fp, 400, 0.025)
+    fnr_up = metrics.clopper_pearson_upper(fn, 400, 0.025)
+    assert found.epsilon_lower == pytest.approx(float(auditing.epsilon_from_rates(
+        fpr_up, fnr_up, 1e-5)))
+    assert found.epsilon_lower > 0.5
+    # the two-sided interval's upper end is the one-sided bound at alpha / 2
+    assert metrics.clopper_pearson(fp, 400)[1] == pytest.approx(float(fpr_up))
+    assert bounds.clopper_pearson_upper is metrics.clopper_pearson_upper
 
 
 def test_multi_run_perfect_separation_hand_worked():

@@ -22,6 +22,7 @@ from miaudit.models import build_model
 from miaudit.privacy import accounting, bounds, nsde, nsde_gdp
 from miaudit.recipes.dpsgd import DPSGD, DPIncompatibleModelError, dp_incompatibilities
 from miaudit.registry import ACCOUNTANTS, RECIPES
+from miaudit.stats import metrics
 from miaudit.training import TrainEnv, TrainParams
 
 PUBLISHED_Q = 256 / 25000  # sigma 1.0, 100 epochs, delta 1e-5 (FACTS.md, Opacus 1.6.0)
@@ -319,10 +320,10 @@ def test_randomized_response_attains_the_pure_dp_bound():
 
 def test_clopper_pearson_matches_scipy_exact_interval():
     for k, n in ((0, 10), (3, 10), (50, 200), (199, 200)):
-        ours = bounds.clopper_pearson_upper(np.array([k]), n, 0.05)[0]
+        ours = metrics.clopper_pearson_upper(np.array([k]), n, 0.05)[0]
         two_sided = binomtest(k, n).proportion_ci(confidence_level=0.90, method="exact")
         assert ours == pytest.approx(two_sided.high, rel=1e-9)
-    assert bounds.clopper_pearson_upper(np.array([10]), 10, 0.05)[0] == 1.0
+    assert metrics.clopper_pearson_upper(np.array([10]), 10, 0.05)[0] == 1.0
 
 
 def test_empirical_epsilon_of_a_separable_attack_is_large_and_exact():

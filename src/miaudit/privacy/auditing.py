@@ -48,8 +48,9 @@ from typing import Any
 
 import numpy as np
 from scipy.special import expit
-from scipy.stats import beta as beta_dist
 from scipy.stats import binom
+
+from miaudit.stats.metrics import clopper_pearson_upper
 
 SELECTIONS = ("split", "bonferroni")
 #: bisection steps of the one-run bound (the paper's code uses 30 from [0, ceil(eps)]; 50 steps
@@ -189,27 +190,27 @@ def one_run_audit(scores: np.ndarray, included: np.ndarray,
 
 
 # -- multi-run auditing (Jagielski et al. 2020; Nasr et al. 2021) ------------------------------
-def clopper_pearson_upper(successes: np.ndarray | int, trials: int, alpha: float) -> np.ndarray:
-    """One-sided (1 - alpha) Clopper-Pearson upper bound on a binomial proportion: the
-    (1 - alpha) quantile of Beta(k + 1, n - k); 1 when k = n (Clopper & Pearson 1934)."""
-    k = np.asarray(successes, dtype=float)
-    if trials < 1:
-        raise ValueError(f"need at least one trial; got {trials}")
-    upper = beta_dist.ppf(1 - alpha, k + 1, np.maximum(trials - k, 1.0))
-    return np.where(k >= trials, 1.0, upper)
-
-
-def epsilon_from_rates(fpr: np.ndarray | float, fnr: np.ndarray | float,
-                       delta: float = 0.0) -> np.ndarray:
-    """max(log((1 - delta - FPR) / FNR), log((1 - delta - FNR) / FPR)), floored at 0: the eps
-    that rates (FPR, FNR) force on an (eps, delta)-DP algorithm (Kairouz et al. 2015, Thm. 2.1;
-    Jagielski et al. 2020, Sec. 3)."""
+def certified_epsilon(fpr: np.ndarray | float, fnr: np.ndarray | float,
+                      delta: float = 0.0) -> np.ndarray:
+    """max(log((1 - delta - FPR) / FNR), log((1 - delta - FNR) / FPR)): the eps that rates
+    (FPR, FNR) force on an (eps, delta)-DP algorithm (Kairouz et al. 2015, Thm. 2.1; Jagielski
+    et al. 2020, Sec. 3), not floored (negative where the rates force nothing). A side whose
+    numerator is not positive is vacuous (-inf), so the other side still counts; both vacuous
+    (or 0/0) is -inf. The one definition of the empirical-epsilon bound: the canary audits and
+    :func:`miaudit.privacy.bounds.empirical_epsilon` both use it."""
     fpr, fnr = np.asarray(fpr, dtype=float), np.asarray(fnr, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         first = np.log(np.clip(1 - delta - fpr, 0, None) / fnr)
         second = np.log(np.clip(1 - delta - fnr, 0, None) / fpr)
-    both = np.nan_to_num(np.maximum(first, second), nan=0.0, neginf=0.0)
-    return np.maximum(both, 0.0)
+    first, second = (np.nan_to_num(side, nan=-np.inf, posinf=np.inf, neginf=-np.inf)
+                     for side in (first, second))
+    return np.maximum(first, second)
+
+
+def epsilon_from_rates(fpr: np.ndarray | float, fnr: np.ndarray | float,
+                       delta: float = 0.0) -> np.ndarray:
+    """:func:`certified_epsilon` floored at 0 (rates never certify a negative epsilon)."""
+    return np.maximum(certified_epsilon(fpr, fnr, delta), 0.0)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import numpy as np
 from scipy.special import ndtr, ndtri
-from scipy.stats import beta as beta_dist
 
 from miaudit._runtime.io import save_figure
 from miaudit.privacy.accounting import check_delta
+from miaudit.privacy.auditing import certified_epsilon, flat_scores
+from miaudit.stats.metrics import clopper_pearson_upper
 
 CORRECTIONS = ("bonferroni", "none")
 
@@ -66,17 +67,6 @@ def gaussian_roc(fpr: np.ndarray | float, mu: float) -> np.ndarray:
 
 
 # -- empirical lower bound ----------------------------------------------------------------------
-def clopper_pearson_upper(successes: np.ndarray, trials: int, alpha: float) -> np.ndarray:
-    """One-sided (1 - alpha) Clopper-Pearson upper bound of a binomial proportion: the
-    (1 - alpha) quantile of Beta(k + 1, n - k), and 1 when k = n (Clopper & Pearson 1934)."""
-    k = np.asarray(successes, dtype=float)
-    if trials < 1:
-        raise ValueError(f"need at least one trial; got {trials}")
-    safe_b = np.maximum(trials - k, 1.0)  # the k = n entries are overwritten below
-    upper = beta_dist.ppf(1 - alpha, k + 1, safe_b)
-    return np.where(k >= trials, 1.0, upper)
-
-
 @dataclass(frozen=True)
 class EpsilonAudit:
     """Empirical epsilon lower bound beside the claimed epsilon."""
@@ -114,8 +104,6 @@ def empirical_epsilon(scores: np.ndarray, labels: np.ndarray, delta: float = 1e-
 
     ``thresholds`` default to ``num_thresholds`` quantiles of the scores. Arrays of any shape
     are flattened (e.g. (models, samples) from an audit)."""
-    from miaudit.privacy.auditing import flat_scores
-
     scores, labels = flat_scores(scores, labels, "labels")
     n_in, n_out = int(labels.sum()), int((~labels).sum())
     if n_in == 0 or n_out == 0:
@@ -138,10 +126,7 @@ def empirical_epsilon(scores: np.ndarray, labels: np.ndarray, delta: float = 1e-
     false_pos = n_out - np.searchsorted(others, grid, side="left")  # non-members at/above t
     fpr_up = clopper_pearson_upper(false_pos, n_out, level)
     fnr_up = clopper_pearson_upper(false_neg, n_in, level)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        first = np.log((1 - delta - fpr_up) / fnr_up)
-        second = np.log((1 - delta - fnr_up) / fpr_up)
-    certified = np.nan_to_num(np.maximum(first, second), nan=-np.inf)
+    certified = certified_epsilon(fpr_up, fnr_up, delta)
     best = int(np.argmax(certified))
     lower = max(0.0, float(certified[best]))
     verdict = None

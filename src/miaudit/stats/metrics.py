@@ -109,6 +109,19 @@ def tpr_key(level: float) -> str:
 HEADLINE_KEYS = (tpr_key(1e-3), tpr_key(1e-2), "auc")
 
 
+def clopper_pearson_upper(successes: Any, trials: Any, alpha: float) -> np.ndarray:
+    """One-sided (1 - alpha) Clopper-Pearson upper bound of a binomial proportion, vectorized:
+    the (1 - alpha) quantile of Beta(k + 1, n - k), and 1 when k = n (Clopper & Pearson 1934).
+    The one definition the two-sided intervals below and the privacy bounds share."""
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    if np.any(n < 1):
+        raise ValueError(f"need at least one trial; got {trials}")
+    # b = 0 (k = n) is outside the beta family; those entries are 1
+    upper = betaincinv(k + 1.0, np.maximum(n - k, 1.0), 1.0 - alpha)
+    return np.where(k >= n, 1.0, upper)
+
+
 def clopper_pearson_intervals(successes: Any, trials: Any,
                               confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
     """Exact (Clopper & Pearson 1934) two-sided intervals for binomial proportions, vectorized.
@@ -124,10 +137,9 @@ def clopper_pearson_intervals(successes: Any, trials: Any,
     if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
         raise ValueError(f"need 0 <= successes <= trials and trials >= 1, got {k}, {n}")
     alpha = 1.0 - confidence
-    # a = 0 or b = 0 is outside the beta family; those entries are replaced by 0 and 1 below.
+    # a = 0 (k = 0) is outside the beta family; those entries are 0
     lower = betaincinv(np.maximum(k, 1.0), n - k + 1.0, alpha / 2.0)
-    upper = betaincinv(k + 1.0, np.maximum(n - k, 1.0), 1.0 - alpha / 2.0)
-    return np.where(k == 0, 0.0, lower), np.where(k == n, 1.0, upper)
+    return np.where(k == 0, 0.0, lower), clopper_pearson_upper(k, n, alpha / 2.0)
 
 
 def clopper_pearson(successes: int, trials: int, confidence: float = CONFIDENCE) -> list[float]:
