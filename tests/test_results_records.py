@@ -196,3 +196,44 @@ def _import_cycles(src: Path) -> list[set[str]]:
 def test_modules_that_imported_each_other_are_in_no_cycle(pair):
     cycles = _import_cycles(ROOT / "src")
     assert not [cycle for cycle in cycles if set(pair) & cycle], cycles
+
+
+def test_terminal_and_html_name_the_same_strongest_attack():
+    """One rule (Summary.strongest): the terminal line and the HTML report's RunView agree on
+    every committed run; the terminal names none when no attack measures TPR@0.1%."""
+    from miaudit.reporting.run_view import RunView
+    from miaudit.reporting.terminal import strongest
+
+    agreed = 0
+    for path in COMMITTED:
+        summary = Summary.model_validate(_record(path))
+        if not summary.attacks:
+            continue
+        html = RunView(path, summary).best_attack().label
+        terminal = strongest(summary)
+        assert terminal in (html, None), path
+        if terminal is None:
+            assert not any(a.measurable("tpr@0.1%") for a in summary.attacks.values())
+        else:  # hand check: no measurable attack has a larger pooled TPR@0.1%
+            best = summary.attacks[terminal].pooled["tpr@0.1%"]
+            assert all(a.pooled["tpr@0.1%"] <= best for a in summary.attacks.values()
+                       if a.measurable("tpr@0.1%"))
+            agreed += 1
+    assert agreed >= 5
+
+
+def test_an_unmeasurable_attack_ranks_last_whatever_its_value():
+    path = next(p for p in COMMITTED if len(_record(p)["attacks"]) >= 2)
+    record = _record(path)
+    first, second = list(record["attacks"])[:2]
+    for label, value, measurable in ((first, 0.9, False), (second, 0.01, True)):
+        record["attacks"][label]["pooled"]["tpr@0.1%"] = value
+        record["attacks"][label]["pooled"]["tpr@0.1%_measurable"] = measurable
+    for label in list(record["attacks"])[2:]:
+        del record["attacks"][label]
+    summary = Summary.model_validate(record)
+    assert summary.strongest() == second
+    record["attacks"][second]["pooled"]["tpr@0.1%_measurable"] = False
+    summary = Summary.model_validate(record)
+    assert summary.strongest(measurable_only=True) is None
+    assert summary.strongest() in (first, second)

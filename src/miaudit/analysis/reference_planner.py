@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import AttackInput
+from miaudit.auditor.rundir import RESULTS_FILE
 from miaudit.config import Spec, attack_label, build_attack
 from miaudit.stats import intervals, metrics
 
@@ -183,7 +184,7 @@ def plan_run(run_dir: Path) -> dict[str, Any]:
         result = plan_references(data, list(planned.cfg.attacks), list(summary.targets),
                                  plan.references, plan.split.audited,
                                  pair_of=lambda m: plan.family_index(m) // 2)
-        path = Path(run_dir) / "results.json"
+        path = Path(run_dir) / RESULTS_FILE
         record = read_results(path)  # the record as written: only the planner's key is added
         record["reference_planner"] = result
         write_results(path, record)  # with its digest

@@ -56,8 +56,14 @@ from miaudit._runtime.io import (
 from miaudit.errors import ConfigError, RunDirError, RunLockedError
 
 LAYOUT = 2
+# The names of a run's result files, spelled here only.
+RESULTS_FILE = "results.json"
+ROC_FILE = "roc.png"
+ROC_DP_BOUND_FILE = "roc_dp_bound.png"
+REPORT_FILE = "report.html"
+EXPOSED_FILE = "exposed.npz"
 # what the report stage renders from results.json and its scores generation
-REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz")
+REPORT_FILES = (ROC_FILE, ROC_DP_BOUND_FILE, REPORT_FILE, EXPOSED_FILE)
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 

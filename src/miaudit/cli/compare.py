@@ -51,10 +51,11 @@ def compare(
 def html_report(run_dir: Path, summary: Summary) -> Path:
     """``miaudit report --html``: the exposed samples when the run lacks them (rebuilt from the
     run's own data, best effort), then the HTML report."""
+    from miaudit.auditor.rundir import EXPOSED_FILE
     from miaudit.reporting.html import write_html_report
 
     # outputs made elsewhere have no inputs to show
-    if not summary.external and not (Path(run_dir) / "exposed.npz").exists():
+    if not summary.external and not (Path(run_dir) / EXPOSED_FILE).exists():
         try:
             exposed_from_config(Path(run_dir), summary)
         except Exception as error:  # the report is still useful without thumbnails

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from miaudit._runtime.io import write_bytes
+from miaudit.auditor.rundir import EXPOSED_FILE
 from miaudit.stats import metrics
 
-EXPOSED_FILE = "exposed.npz"
 FLAG_FPR = 1e-3
 
 

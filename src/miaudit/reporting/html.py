@@ -21,13 +21,13 @@ import numpy as np
 import yaml
 
 from miaudit._runtime.io import write_bytes
+from miaudit.auditor.rundir import REPORT_FILE
 from miaudit.reporting import figures
 from miaudit.reporting.planner import planner_section
 from miaudit.reporting.rocs import family_curves
 from miaudit.reporting.run_view import AttackView, Metric, RunView
 from miaudit.results import Summary
 
-REPORT_FILE = "report.html"
 TABLE_LEVELS = ("0.001%", "0.1%", "1%")
 
 CSS = """

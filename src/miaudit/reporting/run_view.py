@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from miaudit._runtime.io import path_problem, read_json
+from miaudit.auditor.rundir import EXPOSED_FILE, RESULTS_FILE
 from miaudit.errors import RunDirError
-from miaudit.reporting.exposed import EXPOSED_FILE
 from miaudit.results import (
     AttackRecord,
     EmpiricalEpsilon,
@@ -115,7 +115,7 @@ class RunView:
     def __init__(self, root: Path, summary: Summary | None = None):
         self.root = Path(root)
         if summary is None:
-            path = self.root / "results.json" if self.root.is_dir() else self.root
+            path = self.root / RESULTS_FILE if self.root.is_dir() else self.root
             if not path.is_file():
                 raise RunDirError(f"{path_problem(path)}: give a run directory or its "
                                   "results.json (run `miaudit audit` first)")
@@ -204,7 +204,7 @@ class RunView:
             "miaudit": __version__,
             "seed": str(self.config.get("seed", "?")),
             "device": device,
-            "results written": _mtime(self.root / "results.json"),
+            "results written": _mtime(self.root / RESULTS_FILE),
             "time (this run)": (f"{timing.total_seconds_this_run:.1f} s (training "
                                 f"{timing.train_seconds_this_run:.1f} s, attacks "
                                 f"{timing.attack_seconds:.1f} s)") if timing else "n/a",
@@ -224,10 +224,8 @@ class RunView:
                 for label, record in self.summary.attacks.items()}
 
     def best_attack(self) -> AttackView:
-        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC); attacks
-        for which that level is not measurable rank last."""
-        return max(self.attacks.values(), key=lambda a: (
-            a.tpr("0.1%").measurable, a.tpr("0.1%").value, a.auc))
+        """The strongest attack (:meth:`Summary.strongest`, the terminal's rule too)."""
+        return self.attacks[self.summary.strongest()]
 
     @property
     def interval_method(self) -> str:

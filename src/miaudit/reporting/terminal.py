@@ -10,9 +10,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from miaudit._runtime.io import save_figure
-from miaudit.auditor.rundir import audited_members, read_scores
+from miaudit.auditor.rundir import (
+    REPORT_FILE,
+    ROC_DP_BOUND_FILE,
+    ROC_FILE,
+    audited_members,
+    read_scores,
+)
 from miaudit.reporting.figures import roc_figure
-from miaudit.results import AttackRecord, Summary, roc_title
+from miaudit.results import STRONGEST_KEY, AttackRecord, Summary, roc_title
 from miaudit.stats import metrics
 
 TABLE_KEYS = (*(metrics.tpr_key(level) for level in metrics.DEFAULT_FPR_LEVELS), "auc",
@@ -63,14 +69,9 @@ def interval_sentence(rotation: bool) -> str:
         "model randomness is not covered"
 
 
-def strongest(summary: Summary, key: str = "tpr@0.1%") -> str | None:
-    """The attack with the largest measurable pooled ``key`` (ties: larger AUC), or None."""
-    measurable = {label: attack for label, attack in summary.attacks.items()
-                  if attack.measurable(key)}
-    if not measurable:
-        return None
-    return max(measurable, key=lambda label: (measurable[label].pooled[key],
-                                              measurable[label].auc))
+def strongest(summary: Summary, key: str = STRONGEST_KEY) -> str | None:
+    """The strongest attack (:meth:`Summary.strongest`) when it measures ``key``, else None."""
+    return summary.strongest(key, measurable_only=True)
 
 
 def strongest_line(summary: Summary) -> str | None:
@@ -141,7 +142,7 @@ def privacy_line(summary: Summary) -> str:
 def missing_report_note(run_root: Path, summary: Summary) -> str | None:
     """A line naming the report files a run stopped before rendering (they are removed when
     results.json is replaced, so what exists always renders the current results)."""
-    expected = ["roc.png"] + ([] if summary.external else ["report.html"])
+    expected = [ROC_FILE] + ([] if summary.external else [REPORT_FILE])
     missing = [name for name in expected if not (Path(run_root) / name).exists()]
     if not missing:
         return None
@@ -183,7 +184,7 @@ def plot_dp_bounds(run_root: Path, summary: Summary,
         nsde = summary.nsde
         epsilon, delta = nsde.epsilon_implied, nsde.delta
         source = f"NSDE Thm 4.1 ({nsde.form} form)"
-    return plot_roc_bounds(curves, [epsilon], delta, run_root / "roc_dp_bound.png",
+    return plot_roc_bounds(curves, [epsilon], delta, run_root / ROC_DP_BOUND_FILE,
                            title=f"{summary.name}: ROC under the claimed ({epsilon:.3g}, "
                                  f"{delta:g})-DP, {source}")
 
@@ -196,4 +197,4 @@ def plot_roc(run_root: Path, summary: Summary,
     matplotlib.use("Agg")
     figure = roc_figure(curves, {label: attack.auc for label, attack in summary.attacks.items()},
                         audited_members(run_root, summary.targets).ravel(), roc_title(summary))
-    return save_figure(figure, run_root / "roc.png", dpi=120)
+    return save_figure(figure, run_root / ROC_FILE, dpi=120)

@@ -23,7 +23,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from miaudit._runtime.io import DIGEST_KEY, path_problem, read_digested_json, write_digested_json
-from miaudit.auditor.rundir import LAYOUT  # the one layout version of a run directory and its
+from miaudit.auditor.rundir import (
+    LAYOUT,  # the one layout version of a run directory and its
+    RESULTS_FILE,
+)
 from miaudit.errors import ConfigError, RunDirError
 from miaudit.stats import metrics
 
@@ -222,6 +225,10 @@ class AttackRecord(Record):
         return self.pooled.get("ci_method")
 
 
+#: the metric that picks the strongest attack (terminal summary, HTML report, exposed samples)
+STRONGEST_KEY = "tpr@0.1%"
+
+
 class Summary(Record):
     """The contents of results.json (without its digest)."""
 
@@ -272,6 +279,19 @@ class Summary(Record):
             for caveat in attack.caveats:
                 labels.setdefault(caveat, []).append(label)
         return [f"* {', '.join(names)}: {caveat}" for caveat, names in labels.items()]
+
+    def strongest(self, key: str = STRONGEST_KEY, *, measurable_only: bool = False) -> str | None:
+        """The strongest attack, the one rule the terminal and the HTML report share: largest
+        pooled ``key`` (ties: larger AUC), attacks for which ``key`` is not measurable ranked
+        last; with ``measurable_only``, None when no attack measures ``key``."""
+        if not self.attacks:
+            return None
+        label = max(self.attacks, key=lambda name: (
+            self.attacks[name].measurable(key), self.attacks[name].pooled.get(key) or 0.0,
+            self.attacks[name].auc))
+        if measurable_only and not self.attacks[label].measurable(key):
+            return None
+        return label
 
 
 def reference_models(attack: str, options: dict[str, Any], num_models: int) -> int | None:
@@ -404,7 +424,7 @@ def holds_result(run_root: Path, record: dict[str, Any]) -> bool:
     directory rescored since at another number of models, or retrained, answers for another
     result: its scores must not stand for ``record``'s."""
     try:
-        found = read_results(Path(run_root) / "results.json")
+        found = read_results(Path(run_root) / RESULTS_FILE)
     except RunDirError:
         return False
     return _without_circumstances(found) == _without_circumstances(record)
@@ -428,7 +448,7 @@ def load_summary(run_root: Path) -> Summary:
     """results.json of a finished run of this layout, checked against the schema."""
     if not Path(run_root).is_dir():
         raise RunDirError(f"{path_problem(Path(run_root), 'folder')}: give a run directory")
-    path = Path(run_root) / "results.json"
+    path = Path(run_root) / RESULTS_FILE
     if not path.exists():
         raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
     record = read_results(path)

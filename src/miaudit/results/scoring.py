@@ -15,7 +15,7 @@ from miaudit.attacks import AttackInput
 from miaudit.attacks.suite import rotation_references, run_attack
 from miaudit.auditor.components import Spec, attack_label, build_attack
 from miaudit.auditor.identity import array_digest
-from miaudit.auditor.rundir import LAYOUT, RunDir, check_scores_names, scores_name
+from miaudit.auditor.rundir import LAYOUT, RESULTS_FILE, RunDir, check_scores_names, scores_name
 from miaudit.errors import ConfigError
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results
@@ -165,7 +165,7 @@ def publish(run: RunDir, summary: dict[str, Any]) -> Results:
     generation), then drop older generations."""
     checked = Summary.model_validate(summary)
     run.drop_report_files()
-    write_results(run.root / "results.json", summary)
+    write_results(run.root / RESULTS_FILE, summary)
     run.drop_old_scores(checked.scores_dir)
     return Results(run_dir=run.root, summary=checked)
 
