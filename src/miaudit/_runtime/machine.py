@@ -23,6 +23,25 @@ def physical_memory_bytes() -> int:
         return 64 << 30
 
 
+def score_memory_bytes(models: int, pool: int, outputs: int, signals: int) -> int:
+    """Peak bytes of the score stage, the one estimate every planner uses: per (model, pool
+    sample) the keep matrix (1 byte, bool), ``outputs`` float32 stored outputs and ``signals``
+    float64 signals the attacks derive from them."""
+    return models * pool * (1 + 4 * outputs + 8 * signals)
+
+
+def check_score_memory(needed: int, what: str, fix: str) -> None:
+    """A :class:`~miaudit.errors.ResourceError` naming ``what`` needs ``needed`` bytes and how
+    to ``fix`` it, when that exceeds this machine's physical memory."""
+    from miaudit.errors import ResourceError
+
+    available = physical_memory_bytes()
+    if needed > available:
+        raise ResourceError(f"{what} needs about {needed / 2**30:.1f} GiB to score "
+                            f"(memberships, outputs, signals), this machine has "
+                            f"{available / 2**30:.1f} GiB; {fix}")
+
+
 def describe(device: torch.device) -> dict[str, Any]:
     """The facts a training time depends on besides the load (results.json ``timing.machine``,
     :class:`miaudit.results.Machine`): CPU count and instruction set, bfloat16 kernels of

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit._runtime.machine import physical_memory_bytes
+from miaudit._runtime.machine import check_score_memory, score_memory_bytes
 from miaudit.config import AuditConfig, attack_label, build_attack, build_recipe
 from miaudit.data import Pool
 from miaudit.errors import ConfigError
@@ -68,11 +68,10 @@ def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
                           "(they assume class outputs); remove them")
     positions = pool.x.shape[1] - 1
     models = cfg.num_models + (cfg.protocol == "fixed_target")
-    needed = models * len(pool) * (1 + 4 * positions * 4 + 8 * 4)
-    if needed > physical_memory_bytes():
-        raise ConfigError(f"num_models {models} x pool {len(pool)} x {positions} tokens needs "
-                          f"about {needed / 2**30:.1f} GiB to score; lower one of them (or "
-                          "data.options.max_tokens)")
+    # outputs: 4 float32 arrays per token position; signals: 4 float64 statistics per text
+    check_score_memory(score_memory_bytes(models, len(pool), outputs=4 * positions, signals=4),
+                       f"num_models {models} x pool {len(pool)} x {positions} tokens",
+                       "lower one of them (or data.options.max_tokens)")
 
 
 def _trains_language_models(train: Any) -> bool:

@@ -11,7 +11,7 @@ import yaml
 from rich.console import Console
 
 from miaudit.cli.errors import errors, user_errors
-from miaudit.errors import MiauditError
+from miaudit.errors import ConfigError, MiauditError
 from miaudit.registry import check_size
 
 # Piped output (files, CI logs) gets a wide console so attack labels stay on one line.
@@ -45,11 +45,11 @@ def parse_set_items(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise MiauditError(f"--set expects key.path=value, got {item!r}")
+            raise ConfigError(f"--set expects key.path=value, got {item!r}")
         try:
             overrides[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError as error:
-            raise MiauditError(f"--set {item!r}: the value is not valid YAML ({error})") from None
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({error})") from None
         check_size(overrides[key.strip()], f"--set {key.strip()}")  # YAML alias bombs
     return overrides
 

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from miaudit.cli.errors import user_errors
-from miaudit.errors import MiauditError
+from miaudit.configtools import format_errors
+from miaudit.errors import ConfigError, InputFileError
 from miaudit.registry import parse_spec
 
 console = Console()
@@ -41,8 +42,12 @@ def build_config(*, dataset: str, model: str, width: float, recipe: str, epochs:
         k_pos, sep, k_neg = item.partition(",")
         if not sep:
             raise typer.BadParameter(f"--guesses expects k_pos,k_neg; got {item!r}")
-        pairs.append((int(k_pos), int(k_neg)))
-    return DPAuditConfig.model_validate({
+        try:
+            pairs.append((int(k_pos), int(k_neg)))
+        except ValueError:
+            raise typer.BadParameter(f"--guesses expects two integers k_pos,k_neg; "
+                                     f"got {item!r}") from None
+    return _validated(DPAuditConfig, {
         "seed": seed, "data": {"name": data_name, "options": data_options},
         "model": {"name": model_name, "width": width, "options": model_options},
         "train": {"recipe": recipe_name, "recipe_options": recipe_options, "epochs": epochs,
@@ -62,11 +67,19 @@ def load_dp_config(path: Path) -> Any:
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
-        raise MiauditError(f"DP-audit config {path}: {error}") from None
-    return DPAuditConfig.model_validate(raw.get("dp_audit", raw))
+        raise InputFileError(f"DP-audit config {path}: {error}") from None
+    return _validated(DPAuditConfig, raw.get("dp_audit", raw))
 
 
-@user_errors(ValidationError, ValueError)
+def _validated(model: Any, raw: Any) -> Any:
+    """``model.model_validate(raw)``, a bad field as one :class:`ConfigError` line."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as error:
+        raise ConfigError(f"dp-audit: {format_errors(error)}") from None
+
+
+@user_errors()
 def audit_command(
         dataset: Annotated[str, typer.Option(help="data set spec, e.g. digits")] = "digits",
         model: Annotated[str, typer.Option(help="model spec, e.g. mlp or "

@@ -1,6 +1,7 @@
 """``miaudit privacy ...``: DP accounting (epsilon, noise for a target epsilon, epsilon over
 epochs as a table or plot) and the NSDE bound. Mounted by :mod:`miaudit.cli`; errors the
-accountants raise for bad values (``ValueError``) end a command through :func:`user_errors`."""
+accountants raise for bad values (:class:`~miaudit.errors.ConfigError`) end a command through
+:func:`user_errors`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from miaudit._runtime.lazy import LazyModule
 from miaudit.cli.errors import user_errors
+from miaudit.errors import ConfigError
 
 # the accountants import opacus and torch: loaded at a command's first use, not for --help
 accounting = LazyModule("miaudit.privacy.accounting")
@@ -59,7 +61,7 @@ def _accountants(names: list[str] | None) -> list[str]:
 
 
 @app.command("epsilon")
-@user_errors(ValueError)
+@user_errors()
 def epsilon_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
                     dataset_size: Size = None, epochs: Epochs = None, steps: Steps = None,
                     delta: Deltas = None, accountant: Accountants = None) -> None:
@@ -79,7 +81,7 @@ def epsilon_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = 
 
 
 @app.command("noise")
-@user_errors(ValueError)
+@user_errors()
 def noise_command(
         target_epsilon: Annotated[float, typer.Option("--epsilon", help="target epsilon")],
         sample_rate: Rate = None, batch_size: Batch = None, dataset_size: Size = None,
@@ -130,7 +132,7 @@ def _checked_tables(noise, sample_rate, batch_size, dataset_size, epochs, max_ep
 
 
 @app.command("table")
-@user_errors(ValueError)
+@user_errors()
 def table_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = None,
                   dataset_size: Size = None, epochs: EpochList = None, max_epochs: MaxEpochs = 100,
                   points: Points = 10, delta: Deltas = None,
@@ -150,7 +152,7 @@ def table_command(noise: Noise, sample_rate: Rate = None, batch_size: Batch = No
 
 
 @app.command("plot")
-@user_errors(ValueError)
+@user_errors()
 def plot_command(noise: Noise,
                  out: Annotated[Path, typer.Option("--out", "-o", help="image file (png, pdf)")],
                  sample_rate: Rate = None, batch_size: Batch = None, dataset_size: Size = None,
@@ -240,7 +242,7 @@ def _training_table(sigma: float | None, batch_size: int | None, dataset_size: i
                     epochs: float, delta: float, sensitivity: float) -> Table:
     """The accountant epsilon of NSDE training read as DP-SGD, one row per accountant."""
     if sigma is None or batch_size is None or dataset_size is None:
-        raise ValueError("training epsilon needs --sigma, --batch-size, --dataset-size "
+        raise ConfigError("training epsilon needs --sigma, --batch-size, --dataset-size "
                          "and --epochs")
     training = Table(title=f"NSDE training read as DP-SGD: z = sigma / {sensitivity:g}, "
                            f"q = {batch_size}/{dataset_size}, {epochs:g} epochs")
@@ -255,7 +257,7 @@ def _training_table(sigma: float | None, batch_size: int | None, dataset_size: i
 
 
 @app.command("nsde")
-@user_errors(ValueError)
+@user_errors()
 def nsde_command(
         delta: Annotated[float, typer.Option("--delta", "-d")] = 1e-5,
         epsilon: Annotated[float | None, typer.Option(

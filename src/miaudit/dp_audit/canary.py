@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from miaudit._runtime.io import write_json
 from miaudit.config import DataConfig, ModelConfig, TrainConfig
 from miaudit.data import Pool
+from miaudit.errors import ConfigError
 from miaudit.privacy import auditing
 from miaudit.registry import DATASETS
 from miaudit.training import TrainEnv
@@ -74,24 +75,24 @@ class DPAuditConfig(BaseModel):
     @classmethod
     def _runs(cls, runs: int) -> int:
         if runs == 1:
-            raise ValueError("runs must be 0 (one-run audit) or >= 2 (multi-run)")
+            raise ConfigError("runs must be 0 (one-run audit) or >= 2 (multi-run)")
         return runs
 
     @model_validator(mode="after")
     def _consistent(self) -> DPAuditConfig:
         if self.train.penalties:
-            raise ValueError("penalties are not supported by the DP audit harness")
+            raise ConfigError("penalties are not supported by the DP audit harness")
         recipe_delta = self.train.recipe_options.get("delta")
         if self.train.recipe == "dpsgd" and recipe_delta is not None \
                 and not math.isclose(recipe_delta, self.delta):
-            raise ValueError(f"delta ({self.delta}) differs from the dpsgd recipe's delta "
+            raise ConfigError(f"delta ({self.delta}) differs from the dpsgd recipe's delta "
                              f"({recipe_delta}): audit the guarantee that was claimed")
         for k_pos, k_neg in self.guesses or []:
             if k_pos < 0 or k_neg < 0 or not 0 < k_pos + k_neg <= self.canaries:
-                raise ValueError(f"guesses ({k_pos}, {k_neg}) must be >= 0 with "
+                raise ConfigError(f"guesses ({k_pos}, {k_neg}) must be >= 0 with "
                                  f"0 < k+ + k- <= canaries ({self.canaries})")
         if self.runs and self.selection == "split" and self.runs < 2:
-            raise ValueError("selection 'split' needs runs >= 2")
+            raise ConfigError("selection 'split' needs runs >= 2")
         return self
 
     def recipe_options(self) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def make_canaries(x: torch.Tensor, y: torch.Tensor, count: int, kind: str, num_c
     """Draw ``count`` canaries of ``kind`` (seeded); natural and mislabelled ones are removed
     from the base training set, so "out" really means out."""
     if kind not in CANARY_KINDS:
-        raise ValueError(f"canary kind must be one of {', '.join(CANARY_KINDS)}; got {kind!r}")
+        raise ConfigError(f"canary kind must be one of {', '.join(CANARY_KINDS)}; got {kind!r}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xCA7A]))
     if kind == "ood":
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
@@ -136,7 +137,7 @@ def make_canaries(x: torch.Tensor, y: torch.Tensor, count: int, kind: str, num_c
         cy = torch.from_numpy(rng.integers(num_classes, size=count)).long()
         return Canaries(cx, cy, kind, x, y, np.full(count, -1))
     if count >= len(y):
-        raise ValueError(f"{count} canaries leave no base training data ({len(y)} samples)")
+        raise ConfigError(f"{count} canaries leave no base training data ({len(y)} samples)")
     order = rng.permutation(len(y))
     chosen, rest = np.sort(order[:count]), np.sort(order[count:])
     cx, cy = x[chosen], y[chosen].clone()
@@ -196,7 +197,7 @@ def prepare(cfg: DPAuditConfig) -> Setup:
     setup = Setup(cfg, canaries, splits.x_test, splits.y_test, pool, torch.device(cfg.device))
     recipe = _recipe(cfg)
     if recipe.needs_validation:
-        raise ValueError(f"recipe {cfg.train.recipe!r} needs validation data, which the DP "
+        raise ConfigError(f"recipe {cfg.train.recipe!r} needs validation data, which the DP "
                          "audit harness does not provide")
     recipe.architecture(_architecture(setup))
     return setup

@@ -36,6 +36,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from miaudit._runtime.io import save_figure
+from miaudit.errors import ConfigError
 from miaudit.registry import ACCOUNTANTS
 
 ACCOUNTANT_NAMES = ("rdp", "gdp", "prv")
@@ -44,28 +45,28 @@ ACCOUNTANT_NAMES = ("rdp", "gdp", "prv")
 # -- validation ---------------------------------------------------------------------------------
 def check_delta(delta: float, name: str = "delta") -> float:
     if not 0 < delta < 1:
-        raise ValueError(f"option {name!r} must be in (0, 1); got {delta!r}")
+        raise ConfigError(f"option {name!r} must be in (0, 1); got {delta!r}")
     return float(delta)
 
 
 def check_sample_rate(sample_rate: float) -> float:
     if not 0 < sample_rate <= 1:
-        raise ValueError(f"option 'sample_rate' must be in (0, 1]; got {sample_rate!r}")
+        raise ConfigError(f"option 'sample_rate' must be in (0, 1]; got {sample_rate!r}")
     return float(sample_rate)
 
 
 def check_noise(noise_multiplier: float) -> float:
     if not noise_multiplier >= 0:
-        raise ValueError(f"option 'noise_multiplier' must be >= 0; got {noise_multiplier!r}")
+        raise ConfigError(f"option 'noise_multiplier' must be >= 0; got {noise_multiplier!r}")
     return float(noise_multiplier)
 
 
 def sample_rate_for(batch_size: int, dataset_size: int) -> float:
     """Poisson sampling rate q = batch_size / dataset_size (the expected batch size is B)."""
     if not (isinstance(batch_size, int) and batch_size >= 1):
-        raise ValueError(f"option 'batch_size' must be a positive integer; got {batch_size!r}")
+        raise ConfigError(f"option 'batch_size' must be a positive integer; got {batch_size!r}")
     if not (isinstance(dataset_size, int) and dataset_size >= batch_size):
-        raise ValueError(f"option 'dataset_size' must be an integer >= batch_size "
+        raise ConfigError(f"option 'dataset_size' must be an integer >= batch_size "
                          f"({batch_size}); got {dataset_size!r}")
     return batch_size / dataset_size
 
@@ -77,13 +78,13 @@ def resolve_steps(sample_rate: float, epochs: float | None = None,
     100 / (1 / 98) = 9800.000000000002 or 9799.999999999998)."""
     check_sample_rate(sample_rate)
     if (epochs is None) == (steps is None):
-        raise ValueError("give exactly one of options 'epochs' and 'steps'")
+        raise ConfigError("give exactly one of options 'epochs' and 'steps'")
     if steps is not None:
         if not (isinstance(steps, (int, np.integer)) and steps >= 0):
-            raise ValueError(f"option 'steps' must be an integer >= 0; got {steps!r}")
+            raise ConfigError(f"option 'steps' must be an integer >= 0; got {steps!r}")
         return int(steps)
     if not epochs >= 0:
-        raise ValueError(f"option 'epochs' must be >= 0; got {epochs!r}")
+        raise ConfigError(f"option 'epochs' must be >= 0; got {epochs!r}")
     return int(math.floor(epochs / sample_rate + 1e-9))
 
 
@@ -147,7 +148,7 @@ def build_accountant(accountant: str | Accountant, **options: Any) -> Accountant
     if isinstance(accountant, Accountant):
         return accountant
     if accountant not in ACCOUNTANT_NAMES:
-        raise ValueError(f"option 'accountant' must be one of {', '.join(ACCOUNTANT_NAMES)}; "
+        raise ConfigError(f"option 'accountant' must be one of {', '.join(ACCOUNTANT_NAMES)}; "
                          f"got {accountant!r}")
     # The classes directly, not ACCOUNTANTS.build: that would import every plugin module.
     classes = {"rdp": RDPAccountant, "gdp": GDPAccountant, "prv": PRVAccountant}
@@ -172,20 +173,23 @@ def noise_multiplier(target_epsilon: float, delta: float, sample_rate: float, *,
     Opacus's ``get_noise_multiplier`` (doubling, then bisection until the epsilon is within
     ``tolerance`` below the target)."""
     if not target_epsilon > 0:
-        raise ValueError(f"option 'target_epsilon' must be > 0; got {target_epsilon!r}")
+        raise ConfigError(f"option 'target_epsilon' must be > 0; got {target_epsilon!r}")
     check_delta(delta)
     if accountant not in ACCOUNTANT_NAMES:
-        raise ValueError(f"option 'accountant' must be one of {', '.join(ACCOUNTANT_NAMES)}; "
+        raise ConfigError(f"option 'accountant' must be one of {', '.join(ACCOUNTANT_NAMES)}; "
                          f"got {accountant!r}")
     count = resolve_steps(sample_rate, epochs, steps)
     if count == 0:
-        raise ValueError("zero steps spend no privacy: no noise multiplier to solve for")
+        raise ConfigError("zero steps spend no privacy: no noise multiplier to solve for")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="GDP accounting is experimental")
-        return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta,
-                                          sample_rate=sample_rate, steps=count,
-                                          accountant=accountant, epsilon_tolerance=tolerance,
-                                          **options))
+        try:
+            return float(get_noise_multiplier(
+                target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
+                steps=count, accountant=accountant, epsilon_tolerance=tolerance, **options))
+        except ValueError as error:  # Opacus: "The privacy budget is too low." and the like
+            raise ConfigError(f"target_epsilon {target_epsilon:g} at delta {delta:g}: "
+                              f"{error}") from error
 
 
 # -- epsilon over epochs (the study's Figure 4, left panels) ------------------------------------
@@ -205,7 +209,7 @@ def epsilon_table(noise_multiplier: float, sample_rate: float, epochs: Sequence[
                   deltas: Sequence[float], accountant: str = "prv") -> EpsilonTable:
     """Epsilon after each of ``epochs`` for each of ``deltas`` (one Opacus call per cell)."""
     if not len(epochs) or not len(deltas):
-        raise ValueError("options 'epochs' and 'deltas' must not be empty")
+        raise ConfigError("options 'epochs' and 'deltas' must not be empty")
     counter = build_accountant(accountant)
     values = np.array([[counter.epsilon(noise_multiplier, sample_rate,
                                         resolve_steps(sample_rate, epochs=e), d)
@@ -223,7 +227,7 @@ def plot_epsilon_tables(tables: Sequence[EpsilonTable], path: str | Path,
     import matplotlib.pyplot as plt
 
     if not tables:
-        raise ValueError("no epsilon tables to plot")
+        raise ConfigError("no epsilon tables to plot")
     fig, axes = plt.subplots(1, len(tables), figsize=(4.2 * len(tables), 3.4), squeeze=False)
     for axis, table in zip(axes[0], tables, strict=True):
         for delta, row in zip(table.deltas, table.epsilon, strict=True):
@@ -246,7 +250,7 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
     std = mu (Balle & Wang 2018, Thm. 8; Dong, Roth & Su 2022, Cor. 2.13):
     delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2); exact, not a bound."""
     if not mu >= 0 or not epsilon >= 0:
-        raise ValueError(f"need mu >= 0 and epsilon >= 0; got mu={mu!r}, epsilon={epsilon!r}")
+        raise ConfigError(f"need mu >= 0 and epsilon >= 0; got mu={mu!r}, epsilon={epsilon!r}")
     if mu == 0:
         return 0.0
     if math.isinf(mu):
@@ -261,7 +265,7 @@ def gaussian_mu(epsilon: float, delta: float) -> float:
     """Largest mu whose mu-GDP is (epsilon, delta)-DP (delta(eps) is increasing in mu)."""
     check_delta(delta)
     if not epsilon >= 0:
-        raise ValueError(f"option 'epsilon' must be >= 0; got {epsilon!r}")
+        raise ConfigError(f"option 'epsilon' must be >= 0; got {epsilon!r}")
     high = 1.0
     while gaussian_delta(epsilon, high) < delta:
         high *= 2
@@ -273,7 +277,7 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     """Smallest epsilon such that mu-GDP is (epsilon, delta)-DP (delta(eps) is decreasing)."""
     check_delta(delta)
     if not mu >= 0:
-        raise ValueError(f"mu must be >= 0; got {mu!r}")
+        raise ConfigError(f"mu must be >= 0; got {mu!r}")
     if gaussian_delta(0.0, mu) <= delta:
         return 0.0
     if math.isinf(mu):

@@ -50,6 +50,7 @@ import numpy as np
 from scipy.special import expit
 from scipy.stats import binom
 
+from miaudit.errors import ConfigError
 from miaudit.stats.metrics import clopper_pearson_upper
 
 SELECTIONS = ("split", "bonferroni")
@@ -63,16 +64,16 @@ def _check_probability(value: float, name: str, *, low_open: bool = True) -> flo
     ok = (0 < value < 1) if low_open else (0 <= value < 1)
     if not ok:
         bounds = "(0, 1)" if low_open else "[0, 1)"
-        raise ValueError(f"option {name!r} must be in {bounds}; got {value!r}")
+        raise ConfigError(f"option {name!r} must be in {bounds}; got {value!r}")
     return float(value)
 
 
 def _check_counts(m: int, r: int, v: int) -> None:
     for name, value in (("m", m), ("r", r), ("v", v)):
         if not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0; got {value!r}")
+            raise ConfigError(f"{name} must be an integer >= 0; got {value!r}")
     if not v <= r <= m:
-        raise ValueError(f"need 0 <= v (correct) <= r (guesses) <= m (canaries); "
+        raise ConfigError(f"need 0 <= v (correct) <= r (guesses) <= m (canaries); "
                          f"got v={v}, r={r}, m={m}")
 
 
@@ -85,9 +86,9 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) 
     f(v - i) = 1, so the numerator stays 1 - f(v) while the denominator grows."""
     _check_counts(m, r, v)
     if not epsilon >= 0:
-        raise ValueError(f"epsilon must be >= 0; got {epsilon!r}")
+        raise ConfigError(f"epsilon must be >= 0; got {epsilon!r}")
     if not 0 <= delta <= 1:
-        raise ValueError(f"delta must be in [0, 1]; got {delta!r}")
+        raise ConfigError(f"delta must be in [0, 1]; got {delta!r}")
     q = float(expit(epsilon))  # e^eps / (1 + e^eps), the accuracy of eps-randomized response
     tail = float(binom.sf(v - 1, r, q))  # f(v) = P[Binomial(r, q) >= v]
     if delta == 0 or v == 0:
@@ -142,7 +143,7 @@ def one_run_guesses(scores: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
     (a stable sort), i.e. independently of membership."""
     scores = np.asarray(scores, dtype=float).ravel()
     if k_pos < 0 or k_neg < 0 or k_pos + k_neg > scores.size:
-        raise ValueError(f"need k_pos, k_neg >= 0 and k_pos + k_neg <= {scores.size} canaries; "
+        raise ConfigError(f"need k_pos, k_neg >= 0 and k_pos + k_neg <= {scores.size} canaries; "
                          f"got k_pos={k_pos}, k_neg={k_neg}")
     order = np.argsort(scores, kind="stable")
     guesses = np.zeros(scores.size, dtype=int)
@@ -157,9 +158,9 @@ def flat_scores(scores: Any, bits: Any, name: str) -> tuple[np.ndarray, np.ndarr
     scores = np.asarray(scores, dtype=float).ravel()
     bits = np.asarray(bits).ravel().astype(bool)
     if scores.shape != bits.shape:
-        raise ValueError(f"scores ({scores.size}) and {name} ({bits.size}) differ in size")
+        raise ConfigError(f"scores ({scores.size}) and {name} ({bits.size}) differ in size")
     if not np.all(np.isfinite(scores)):
-        raise ValueError("scores must be finite")
+        raise ConfigError("scores must be finite")
     return scores, bits
 
 
@@ -172,7 +173,7 @@ def one_run_audit(scores: np.ndarray, included: np.ndarray,
     scores, included = flat_scores(scores, included, "included")
     grid = [tuple(guesses)] if np.ndim(guesses) == 1 else [tuple(g) for g in guesses]
     if not grid:
-        raise ValueError("no (k_pos, k_neg) to try")
+        raise ConfigError("no (k_pos, k_neg) to try")
     _check_probability(delta, "delta", low_open=False)
     beta = 1 - _check_probability(confidence, "confidence")
     level = 1 - beta / len(grid)
@@ -257,15 +258,15 @@ def multi_run_audit(scores_in: np.ndarray, scores_out: np.ndarray, delta: float 
     scores_in = np.asarray(scores_in, dtype=float).ravel()
     scores_out = np.asarray(scores_out, dtype=float).ravel()
     if not (np.all(np.isfinite(scores_in)) and np.all(np.isfinite(scores_out))):
-        raise ValueError("scores must be finite")
+        raise ConfigError("scores must be finite")
     if selection not in SELECTIONS:
-        raise ValueError(f"option 'selection' must be one of {', '.join(SELECTIONS)}; "
+        raise ConfigError(f"option 'selection' must be one of {', '.join(SELECTIONS)}; "
                          f"got {selection!r}")
     _check_probability(delta, "delta", low_open=False)
     alpha = 1 - _check_probability(confidence, "confidence")
     minimum = 2 if selection == "split" else 1
     if scores_in.size < minimum or scores_out.size < minimum:
-        raise ValueError(f"selection {selection!r} needs at least {minimum} runs with and "
+        raise ConfigError(f"selection {selection!r} needs at least {minimum} runs with and "
                          f"{minimum} without the canary; got {scores_in.size} and "
                          f"{scores_out.size}")
     if selection == "split":

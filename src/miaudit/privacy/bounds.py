@@ -31,6 +31,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from miaudit._runtime.io import save_figure
+from miaudit.errors import ConfigError
 from miaudit.privacy.accounting import check_delta
 from miaudit.privacy.auditing import certified_epsilon, flat_scores
 from miaudit.stats.metrics import clopper_pearson_upper
@@ -40,7 +41,7 @@ CORRECTIONS = ("bonferroni", "none")
 
 def _check_epsilon(epsilon: float) -> float:
     if not epsilon >= 0:
-        raise ValueError(f"option 'epsilon' must be >= 0; got {epsilon!r}")
+        raise ConfigError(f"option 'epsilon' must be >= 0; got {epsilon!r}")
     return float(epsilon)
 
 
@@ -48,10 +49,10 @@ def roc_bound(fpr: np.ndarray | float, epsilon: float, delta: float) -> np.ndarr
     """Largest TPR an (epsilon, delta)-DP mechanism allows at false-positive rate ``fpr``."""
     _check_epsilon(epsilon)
     if not 0 <= delta < 1:
-        raise ValueError(f"option 'delta' must be in [0, 1); got {delta!r}")
+        raise ConfigError(f"option 'delta' must be in [0, 1); got {delta!r}")
     fpr = np.asarray(fpr, dtype=float)
     if np.any((fpr < 0) | (fpr > 1)):
-        raise ValueError("false-positive rates must lie in [0, 1]")
+        raise ConfigError("false-positive rates must lie in [0, 1]")
     if math.isfinite(epsilon):
         first = math.exp(epsilon) * fpr + delta
     else:  # e^inf * 0 is undefined; the bound is delta at FPR 0 and 1 elsewhere
@@ -107,18 +108,18 @@ def empirical_epsilon(scores: np.ndarray, labels: np.ndarray, delta: float = 1e-
     scores, labels = flat_scores(scores, labels, "labels")
     n_in, n_out = int(labels.sum()), int((~labels).sum())
     if n_in == 0 or n_out == 0:
-        raise ValueError("labels need both members (1) and non-members (0)")
+        raise ConfigError("labels need both members (1) and non-members (0)")
     if not 0 <= delta < 1:
-        raise ValueError(f"option 'delta' must be in [0, 1); got {delta!r}")
+        raise ConfigError(f"option 'delta' must be in [0, 1); got {delta!r}")
     if not 0 < alpha < 1:
-        raise ValueError(f"option 'alpha' must be in (0, 1); got {alpha!r}")
+        raise ConfigError(f"option 'alpha' must be in (0, 1); got {alpha!r}")
     if correction not in CORRECTIONS:
-        raise ValueError(f"option 'correction' must be one of {', '.join(CORRECTIONS)}; "
+        raise ConfigError(f"option 'correction' must be one of {', '.join(CORRECTIONS)}; "
                          f"got {correction!r}")
     grid = (_default_thresholds(scores, num_thresholds) if thresholds is None
             else np.unique(np.asarray(thresholds, dtype=float)))
     if grid.size == 0:
-        raise ValueError("option 'thresholds' is empty")
+        raise ConfigError("option 'thresholds' is empty")
     level = alpha / (2 * grid.size) if correction == "bonferroni" else alpha
     # Counts at every threshold from sorted scores (vectorized; "member" iff score >= t).
     members, others = np.sort(scores[labels]), np.sort(scores[~labels])

@@ -57,18 +57,19 @@ from typing import Any
 
 from torch import nn
 
+from miaudit.errors import ConfigError
 from miaudit.privacy.accounting import check_delta, epsilon, sample_rate_for
 
 
 def _positive(value: float, name: str) -> float:
     if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-        raise ValueError(f"option {name!r} must be a finite number > 0; got {value!r}")
+        raise ConfigError(f"option {name!r} must be a finite number > 0; got {value!r}")
     return float(value)
 
 
 def _iterations(value: int) -> int:
     if not (isinstance(value, int) and value >= 1):
-        raise ValueError(f"option 'iterations' must be a positive integer; got {value!r}")
+        raise ConfigError(f"option 'iterations' must be a positive integer; got {value!r}")
     return value
 
 
@@ -79,7 +80,7 @@ DEFAULT_FORM = "proof"  # what Theorem 4.1's proof establishes; see the module d
 
 def _check_form(form: str) -> str:
     if form not in FORMS:
-        raise ValueError(f"option 'form' must be one of {', '.join(FORMS)}; got {form!r}")
+        raise ConfigError(f"option 'form' must be one of {', '.join(FORMS)}; got {form!r}")
     return form
 
 
@@ -93,7 +94,7 @@ def theorem_sensitivity(T: float, lipschitz: float, l_eps: float = 0.0) -> float
     """Sensitivity T L_f of the flow map (Theorem 4.1's proof), plus L_eps for Euler-Maruyama
     (Remark 1)."""
     if not (l_eps >= 0 and math.isfinite(l_eps)):
-        raise ValueError(f"option 'l_eps' must be a finite number >= 0; got {l_eps!r}")
+        raise ConfigError(f"option 'l_eps' must be a finite number >= 0; got {l_eps!r}")
     return _positive(T, "T") * _positive(lipschitz, "lipschitz") + float(l_eps)
 
 
@@ -105,7 +106,7 @@ def _gaussian_constant(delta: float) -> float:
 def _require_range(eps: float, name: str) -> float:
     eps = _positive(eps, name)
     if not in_theorem_range(eps):
-        raise ValueError(f"option {name!r} = {eps:g} is outside the theorem's range 0 < eps < 1 "
+        raise ConfigError(f"option {name!r} = {eps:g} is outside the theorem's range 0 < eps < 1 "
                          "(paper A, Theorem 4.1 / Corollary 4.2): no sigma is claimed for it")
     return eps
 
@@ -173,7 +174,7 @@ def nsde_guarantee(sigma: float, T: float, lipschitz: float, delta: float,
     are post-processing (Sec. 5.3) and do not change epsilon."""
     _check_form(form)
     if not (isinstance(n_sde_blocks, int) and n_sde_blocks >= 1):
-        raise ValueError(f"option 'n_sde_blocks' must be a positive integer; got {n_sde_blocks!r}")
+        raise ConfigError(f"option 'n_sde_blocks' must be a positive integer; got {n_sde_blocks!r}")
     implied = theorem41_epsilon(sigma, delta, T=T, lipschitz=lipschitz, l_eps=l_eps, form=form)
     out: dict[str, Any] = {
         "theorem": "paper A, Theorem 4.1 (Remark 1 for l_eps > 0)", "form": form,
@@ -208,11 +209,11 @@ def model_guarantee(model: nn.Module, delta: float, form: str = DEFAULT_FORM, *,
     bound = params.get("lipschitz_bound")
     L = bound if lipschitz is None else lipschitz
     if L is None:
-        raise ValueError("the drift's Lipschitz constant is unknown (its drift has "
+        raise ConfigError("the drift's Lipschitz constant is unknown (its drift has "
                          "normalization layers): build the model with spectral_norm=True or "
                          "pass option 'lipschitz'")
     if params["sigma_theorem"] <= 0:
-        raise ValueError("the model adds no noise (k = 0): no DP guarantee")
+        raise ConfigError("the model adds no noise (k = 0): no DP guarantee")
     out = nsde_guarantee(params["sigma_theorem"], params["T"], L, delta, form,
                          n_sde_blocks=int(params["n_sde_blocks"]), **options)
     out["lipschitz_source"] = "given" if lipschitz is not None else "spectral-norm bound"
@@ -239,5 +240,5 @@ def model_sde_parameters(model: nn.Module) -> dict[str, Any]:
 
     params = sde_parameters(model)
     if not params:
-        raise ValueError(f"model {type(model).__name__} has no stochastic (SDE) block")
+        raise ConfigError(f"model {type(model).__name__} has no stochastic (SDE) block")
     return params

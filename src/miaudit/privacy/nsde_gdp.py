@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from miaudit.errors import ConfigError
 from miaudit.privacy.accounting import check_delta, gaussian_epsilon, gaussian_mu
 from miaudit.privacy.nsde import _iterations, _positive, model_sde_parameters
 
@@ -74,7 +75,7 @@ def composed_mu(sigma: float, T: float, lipschitz: float, distance: float, *,
     mu_j = L D sqrt(dt T) / sigma. Equals sqrt(K) T L D / sigma for every ``steps``."""
     sigma = _positive(sigma, "sigma")
     if not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"option 'steps' must be a positive integer; got {steps!r}")
+        raise ConfigError(f"option 'steps' must be a positive integer; got {steps!r}")
     dt = _positive(T, "T") / steps
     mu_step = _positive(lipschitz, "lipschitz") * _positive(distance, "distance") * math.sqrt(
         dt * T) / sigma
@@ -110,12 +111,12 @@ def gdp_sigma_bound(epsilon: float, delta: float, *, T: float, lipschitz: float,
         sigma, mu_out = math.sqrt(count) * sensitivity / mu, mu
     elif composition == "classic":
         if not epsilon / count < 1:
-            raise ValueError(f"composition 'classic' needs epsilon / iterations < 1 (Dwork & "
+            raise ConfigError(f"composition 'classic' needs epsilon / iterations < 1 (Dwork & "
                              f"Roth Thm. A.1); got {epsilon} / {count}")
         sigma = count * sensitivity * math.sqrt(2 * math.log(1.25 * count / delta)) / epsilon
         mu_out = None
     else:
-        raise ValueError(f"option 'composition' must be one of {', '.join(COMPOSITIONS)}; "
+        raise ConfigError(f"option 'composition' must be one of {', '.join(COMPOSITIONS)}; "
                          f"got {composition!r}")
     return GDPBound(sigma=sigma, epsilon=float(epsilon), delta=float(delta), T=float(T),
                      lipschitz=float(lipschitz), distance=float(distance), iterations=count,
@@ -135,10 +136,10 @@ def gdp_epsilon(sigma: float, delta: float, *, T: float, lipschitz: float, dista
     if composition == "classic":
         value = count * sensitivity * math.sqrt(2 * math.log(1.25 * count / delta)) / sigma
         if not value / count < 1:
-            raise ValueError(f"composition 'classic' is only valid for epsilon / iterations < 1; "
+            raise ConfigError(f"composition 'classic' is only valid for epsilon / iterations < 1; "
                              f"this sigma gives {value:.4g} for {count} iterations")
         return value
-    raise ValueError(f"option 'composition' must be one of {', '.join(COMPOSITIONS)}; "
+    raise ConfigError(f"option 'composition' must be one of {', '.join(COMPOSITIONS)}; "
                      f"got {composition!r}")
 
 
@@ -162,7 +163,7 @@ def gdp_model_privacy(model: nn.Module, epsilon_target: float, delta: float, dis
     params = model_sde_parameters(model)
     L = params.get("lipschitz_bound") if lipschitz is None else lipschitz
     if L is None:
-        raise ValueError("the drift's Lipschitz constant is unknown (its drift has "
+        raise ConfigError("the drift's Lipschitz constant is unknown (its drift has "
                          "normalization layers): build the model with spectral_norm=True or "
                          "pass option 'lipschitz'")
     sigma_model = params["sigma_theorem"]

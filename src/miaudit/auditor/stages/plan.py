@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from miaudit._runtime.allocator import keep_freed_memory
-from miaudit._runtime.machine import physical_memory_bytes
+from miaudit._runtime.machine import check_score_memory, score_memory_bytes
 from miaudit.auditor import identity as ids
 from miaudit.auditor.design import Plan, make_plan, make_split, model_seed
 from miaudit.auditor.modeljob import ModelJob, build_architecture
@@ -197,20 +197,12 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
                               f"{cfg.data.name!r} is tabular; use identity or dropout")
         if pool.is_image:
             check_fits(spec, *pool.x.shape[-2:])
-    needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
-                                len(cfg.queries), pool.num_classes)
-    available = physical_memory_bytes()
-    if needed > available:
-        raise ConfigError(f"num_models {cfg.num_models} x pool {len(pool)} x "
-                          f"{len(cfg.queries)} queries x {pool.num_classes} classes needs about "
-                          f"{needed / 2**30:.1f} GiB to score (memberships, outputs, signals), "
-                          f"this machine has {available / 2**30:.1f} GiB; lower one of them")
-
-
-def score_memory_bytes(models: int, pool: int, queries: int, classes: int) -> int:
-    """Peak bytes of the score stage: the keep matrix (bool), every model's float32 outputs,
-    and the float64 signals the attacks derive from them (log-softmax over the classes)."""
-    return models * pool * (1 + queries * classes * (4 + 8))
+    values = len(cfg.queries) * pool.num_classes  # outputs, and their log-softmax signals
+    check_score_memory(
+        score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
+                           outputs=values, signals=values),
+        f"num_models {cfg.num_models} x pool {len(pool)} x {len(cfg.queries)} queries x "
+        f"{pool.num_classes} classes", "lower one of them")
 
 
 def model_configs(cfg: AuditConfig, plan: Plan, index: int) -> tuple[ModelConfig, TrainConfig]:
