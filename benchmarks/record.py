@@ -89,8 +89,8 @@ def cpu_kernels() -> dict[str, Any]:
 
 
 def cpu_text(machine: dict[str, Any]) -> str:
-    from miaudit._runtime.machine import BF16_ANSWERS  # imports torch: only for records that used
-                                                       # it
+    # imports torch: only for records that used it
+    from miaudit._runtime.machine import BF16_ANSWERS
 
     return (f", {machine['cpu_capability']}, bfloat16 kernels "
             f"{BF16_ANSWERS[machine['bf16_kernels']]}")

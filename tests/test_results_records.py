@@ -237,3 +237,15 @@ def test_an_unmeasurable_attack_ranks_last_whatever_its_value():
     summary = Summary.model_validate(record)
     assert summary.strongest(measurable_only=True) is None
     assert summary.strongest() in (first, second)
+
+
+def test_one_layout_1_detection_for_manifests_and_results():
+    from miaudit.auditor.rundir import record_layout
+
+    assert record_layout({"layout": 2, "attacks": {}}, "results.json") == 2
+    assert record_layout({"attacks": {}}, "results.json") == 1  # layout 1 wrote no key
+    assert record_layout({"training_hash": "abc"}, "manifest.json") == 1
+    assert record_layout({"training_hash": "abc"}, "results.json") is None  # not its marker
+    assert record_layout({}, "manifest.json") is None  # hand-cut: neither
+    for path in COMMITTED:  # every committed result says which layout wrote it
+        assert record_layout(_record(path), "results.json") in (1, LAYOUT)

@@ -40,8 +40,8 @@ class ModelJob:
     seed: int
     identity: str
     pretrained: Path | None = None  # weights trained elsewhere: loaded, not trained
-    parent: ModelJob | None = None  # the model a derived recipe starts from
-                                    # (miaudit.auditor.parents)
+    # the model a derived recipe starts from (miaudit.auditor.parents)
+    parent: ModelJob | None = None
 
 
 def build_registry_model(model_cfg: ModelConfig, pool: Pool) -> torch.nn.Module:

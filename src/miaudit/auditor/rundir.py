@@ -56,6 +56,19 @@ from miaudit._runtime.io import (
 from miaudit.errors import ConfigError, RunDirError, RunLockedError
 
 LAYOUT = 2
+#: the key a layout-1 record (which wrote no ``layout``) always had, per file
+LAYOUT_1_MARKERS = {"manifest.json": "training_hash", "results.json": "attacks"}
+
+
+def record_layout(record: dict[str, Any], name: str) -> int | None:
+    """The layout that wrote ``record`` (the contents of the run file ``name``): its ``layout``
+    key, 1 for a layout-1 record (no key, but its marker), None for neither ({} or a hand-cut
+    file). The one layout-1 detection."""
+    if "layout" in record:
+        return record["layout"]
+    return 1 if LAYOUT_1_MARKERS[name] in record else None
+
+
 # The names of a run's result files, spelled here only.
 RESULTS_FILE = "results.json"
 ROC_FILE = "roc.png"
@@ -111,8 +124,7 @@ class RunDir:
         manifest = self.root / "manifest.json"
         if manifest.exists():
             stored = read_json(manifest)
-            # layout 1 wrote a training_hash and no layout; {} (or a hand-cut file) is neither
-            layout = stored.get("layout", 1 if "training_hash" in stored else None)
+            layout = record_layout(stored, manifest.name)
             if layout is None or (layout == LAYOUT and "run_identity" not in stored):
                 raise RunDirError(
                     f"{manifest} is incomplete (no layout or run_identity); delete it and rerun "

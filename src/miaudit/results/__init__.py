@@ -20,17 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from miaudit._runtime.io import DIGEST_KEY, path_problem, read_digested_json, write_digested_json
-from miaudit.auditor.rundir import (
-    LAYOUT,  # the one layout version of a run directory and its
-    RESULTS_FILE,
-)
+
+# LAYOUT: the one layout version of a run directory and its results
+from miaudit.auditor.rundir import LAYOUT, RESULTS_FILE, record_layout
 from miaudit.errors import ConfigError, RunDirError
 from miaudit.stats import metrics
-
-                                           # results
 
 EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
 
@@ -439,7 +436,7 @@ def parse_summary(record: dict[str, Any], path: Path | str) -> Summary:
     ``path`` when it does not match the schema."""
     try:
         return Summary.model_validate(record)
-    except Exception as error:
+    except ValidationError as error:
         raise RunDirError(f"{path} does not match the results schema ({error}); rerun the "
                           "audit to rebuild it") from None
 
@@ -452,8 +449,7 @@ def load_summary(run_root: Path) -> Summary:
     if not path.exists():
         raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
     record = read_results(path)
-    # layout 1 wrote no layout key but had attacks; {} (or a hand-cut file) is neither
-    layout = record.get("layout", 1 if "attacks" in record else None)
+    layout = record_layout(record, RESULTS_FILE)
     if layout is None:
         raise RunDirError(f"{path} is incomplete (no layout); rerun the audit to rebuild it "
                           "(it reuses every trained model)")
