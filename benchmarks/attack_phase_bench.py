@@ -22,8 +22,9 @@ import numpy as np
 from record import recorded
 from stored_run import load_run
 
+from miaudit import ATTACKS
 from miaudit.attacks import AttackInput
-from miaudit.registry import ATTACKS, parse_spec
+from miaudit.registry import parse_spec
 from miaudit.stats import intervals, metrics
 
 

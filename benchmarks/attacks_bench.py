@@ -34,8 +34,9 @@ import time
 import numpy as np
 from record import recorded
 
+from miaudit import ATTACKS
 from miaudit.attacks import AttackInput
-from miaudit.registry import ATTACKS, parse_spec
+from miaudit.registry import parse_spec
 
 # attack spec -> the cached signals it reads
 ATTACK_SPECS: dict[str, tuple[str, ...]] = {

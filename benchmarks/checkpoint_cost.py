@@ -23,8 +23,9 @@ from record import recorded
 
 from miaudit.models import build_model
 from miaudit.recipes.standard import Standard
+from miaudit.training import FitState, TrainEnv, TrainParams
 from miaudit.training.checkpoint import Checkpoint
-from miaudit.training.engine import FitState, TrainEnv, TrainParams, epoch_snapshot
+from miaudit.training.engine import epoch_snapshot
 
 MODELS = {  # name: options (the studies' settings at this width)
     "resnet14": {},

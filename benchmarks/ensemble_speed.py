@@ -13,9 +13,9 @@ import time
 import torch
 from record import recorded
 
+from miaudit import DATASETS
 from miaudit.models import build_model
-from miaudit.registry import DATASETS
-from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
+from miaudit.training import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.ensemble import fit_ensemble
 
 

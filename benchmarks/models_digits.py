@@ -16,10 +16,11 @@ import time
 import torch
 from record import recorded
 
+from miaudit import DATASETS, RECIPES
 from miaudit.models import build_model
 from miaudit.models.sde import sde_parameters
-from miaudit.registry import DATASETS, RECIPES
-from miaudit.training.engine import TrainEnv, TrainParams, accuracy
+from miaudit.training import TrainEnv, TrainParams
+from miaudit.training.engine import accuracy
 
 MODELS = ["resnet14", "odenet", "odenet64", "anode", "sonode", "hbnode", "sdenet"]
 

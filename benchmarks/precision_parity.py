@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 from record import recorded
 
-from miaudit.results import Summary
+from miaudit import Summary
 
 HEADLINE = Path(__file__).resolve().parents[1] / "experiments" / "papers" / "A" / "headline"
 CONFIGS = {"resnet14": "1_resnet14.yaml", "odenet": "2_odenet.yaml"}

@@ -24,12 +24,12 @@ import numpy as np
 import torch
 from record import recorded
 
+from miaudit import DATASETS, RECIPES
 from miaudit.auditor.design import make_plan, model_seed
 from miaudit.data import make_pool
 from miaudit.executors import Job, LocalExecutor, resolve
 from miaudit.models import build_model
 from miaudit.queries import query_outputs
-from miaudit.registry import DATASETS, RECIPES
 from miaudit.training import TrainEnv, TrainParams
 
 # the embedded default config's train section (src/miaudit/configs/default.yaml)

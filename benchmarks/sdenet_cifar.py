@@ -22,10 +22,11 @@ import time
 import torch
 from record import recorded
 
+from miaudit import DATASETS
 from miaudit.models import build_model
 from miaudit.models.sde import SDEBlock
-from miaudit.registry import DATASETS
-from miaudit.training.engine import Recipe, TrainEnv, TrainParams, accuracy
+from miaudit.training import Recipe, TrainEnv, TrainParams
+from miaudit.training.engine import accuracy
 
 
 def main() -> None:

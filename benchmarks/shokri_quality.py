@@ -26,9 +26,9 @@ import numpy as np
 from record import recorded
 from sklearn.ensemble import HistGradientBoostingClassifier
 
+from miaudit import ATTACKS
 from miaudit.attacks import AttackInput, shokri
 from miaudit.attacks.shokri import Shokri, sorted_log_probs
-from miaudit.registry import ATTACKS
 from miaudit.stats import metrics
 
 

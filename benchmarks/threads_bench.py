@@ -15,10 +15,10 @@ import time
 import torch
 from record import recorded
 
+from miaudit import DATASETS
 from miaudit._runtime.threads import available_cores
 from miaudit.models import build_model
-from miaudit.registry import DATASETS
-from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
+from miaudit.training import Recipe, TrainEnv, TrainParams, fit
 
 
 def epoch_seconds(x: torch.Tensor, y: torch.Tensor, threads: int, epochs: int) -> float:

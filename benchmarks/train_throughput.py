@@ -36,7 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from miaudit._runtime.machine import BF16_ANSWERS, bf16_kernels
 from miaudit.models import build_model
-from miaudit.training.engine import Recipe, TrainEnv, TrainParams, fit
+from miaudit.training import Recipe, TrainEnv, TrainParams, fit
 from miaudit.training.precision import autocast_context, input_layout, training_layout
 
 #: case -> (model, options): the issue-25 cases (the papers' blocks; ODENet 16 Euler steps,

@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 import miaudit
+from miaudit import Summary
 from miaudit._runtime.io import DIGEST_KEY
 from miaudit._runtime.machine import slow_bf16
 from miaudit.auditor.parents import parent_configs
@@ -35,7 +36,7 @@ from miaudit.reporting.compare import Comparison, comparison, write_compare_html
 from miaudit.reporting.compare import markdown as comparison_markdown
 from miaudit.reporting.run_view import RunView
 from miaudit.reporting.terminal import model_line, privacy_line
-from miaudit.results import Summary, holds_result, read_results
+from miaudit.results import holds_result, read_results
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from pm_cnn import PeerCNN
 
+from miaudit import DATASETS
 from miaudit._runtime.io import read_tensors
-from miaudit.registry import DATASETS
 
 
 @torch.no_grad()

@@ -14,6 +14,9 @@ else is a bug in miaudit and keeps its traceback.
 
 from __future__ import annotations
 
+__all__ = ["ConfigError", "DataError", "ExternalOutputsError", "InputFileError", "MiauditError",
+           "ResourceError", "RunDirError", "RunLockedError", "UserError"]
+
 
 class UserError(Exception):
     """A problem the user can fix; the message says what is wrong and how to fix it."""

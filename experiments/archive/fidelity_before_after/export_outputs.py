@@ -3,9 +3,9 @@ import sys
 
 import numpy as np
 
+from miaudit import load_config
 from miaudit.auditor import stages as pipeline
 from miaudit.auditor.rundir import RunDir
-from miaudit.config import load_config
 
 cfg = load_config(sys.argv[1])
 planned = pipeline.plan_audit(cfg)

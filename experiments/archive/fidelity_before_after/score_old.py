@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 
+from miaudit import ATTACKS
 from miaudit.attacks import AttackInput
 from miaudit.config import attack_label
-from miaudit.registry import ATTACKS
 from miaudit.stats import metrics
 
 data = np.load(sys.argv[1])
