@@ -230,3 +230,25 @@ def test_per_class_matches_subsets():
 def test_bad_input_errors(scores, member, message):
     with pytest.raises(ValueError, match=message):
         metrics.summarize(scores, member)
+
+
+def test_metric_keys_spell_the_results_suffix_grammar():
+    # the one place the suffixes are spelled; summarize writes exactly these keys
+    from miaudit.stats.metrics import MetricKeys, is_measurable
+
+    names = MetricKeys("tpr@0.1%")
+    assert (names.value, names.ci, names.conditional, names.simultaneous, names.measurable) == (
+        "tpr@0.1%", "tpr@0.1%_ci", "tpr@0.1%_ci_conditional", "tpr@0.1%_ci_simultaneous",
+        "tpr@0.1%_measurable")
+    assert names.interval("simultaneous") == names.simultaneous and names.interval() == names.ci
+    assert MetricKeys.of_interval("tpr@1%_ci") == MetricKeys("tpr@1%")
+    assert MetricKeys.of_interval("tpr@1%") is None
+    assert MetricKeys.of_measurable("tpr@1%_measurable").name == "tpr@1%"
+    scores = np.r_[np.arange(10.0), np.arange(10.0) + 0.5]
+    members = np.r_[np.ones(10, bool), np.zeros(10, bool)]
+    pooled = metrics.summarize(scores, members, fpr_levels=[0.1, 1e-3])
+    for level in ("10%", "0.1%"):
+        keys = MetricKeys(f"tpr@{level}")
+        assert keys.ci in pooled and keys.measurable in pooled
+    assert is_measurable(pooled, "tpr@10%") and not is_measurable(pooled, "tpr@0.1%")
+    assert is_measurable(pooled, "auc")  # no flag: measurable

@@ -91,7 +91,8 @@ def plan_attack(attack: Any, data: AttackInput, targets: list[int],
     rows: dict[str, list[Any]] = {"references": counts, "auc": []}
     keys = [metrics.tpr_key(level) for level in PLANNER_LEVELS]
     for key in keys:
-        rows[key], rows[f"{key}_ci"], rows[f"{key}_measurable"] = [], [], []
+        names = metrics.MetricKeys(key)
+        rows[names.value], rows[names.ci], rows[names.measurable] = [], [], []
     for count in counts:
         scores = np.stack([np.asarray(attack.score(data, t, ordered[t][:count]))[audited]
                            for t in targets])
@@ -101,10 +102,12 @@ def plan_attack(attack: Any, data: AttackInput, targets: list[int],
             resamples.method)
         rows["auc"].append(summary["auc"])
         for key in keys:
-            for suffix in ("", "_ci", "_measurable"):
-                rows[key + suffix].append(summary[key + suffix])
-    low, high = rows[f"{keys[0]}_ci"][-1]
-    if not all(rows[f"{keys[0]}_measurable"]):
+            names = metrics.MetricKeys(key)
+            for name in (names.value, names.ci, names.measurable):
+                rows[name].append(summary[name])
+    headline = metrics.MetricKeys(keys[0])
+    low, high = rows[headline.ci][-1]
+    if not all(rows[headline.measurable]):
         verdict = {"references": None, "how": f"{keys[0]} not measurable at some count (tied "
                                               "top scores or too few non-members)"}
     else:
@@ -149,7 +152,7 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
         for i, count in enumerate(rows["references"]):
             cells = [f"{100 * rows[k][i]:6.2f}% [{100 * rows[k + '_ci'][i][0]:.2f}, "
                      f"{100 * rows[k + '_ci'][i][1]:.2f}]"
-                     if rows[k + "_measurable"][i] else "n/m"
+                     if rows[metrics.MetricKeys(k).measurable][i] else "n/m"
                      for k in map(metrics.tpr_key, PLANNER_LEVELS)]
             lines.append(f"  {count:5d} {rows['auc'][i]:6.3f} {cells[0]:>24s} {cells[1]:>24s}")
     if plan["reference_free"]:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
+from miaudit.stats.metrics import MetricKeys
+
 
 @dataclass(frozen=True)
 class World:
@@ -145,7 +147,7 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
         per_target = [metrics.summarize(s, m, fpr_levels) for s, m in zip(scores, members)]
         aucs = [entry["auc"] for entry in per_target]
         half = student.ppf(0.975, num_models - 1) * np.std(aucs, ddof=1) / np.sqrt(num_models)
-        old = {key: pooled[f"{key}_ci"] for key in truth if key != "auc"}
+        old = {key: pooled[MetricKeys(key).ci] for key in truth if key != "auc"}
         old["auc"] = [np.mean(aucs) - half, np.mean(aucs) + half]
         summaries = {key: intervals.target_summary_interval(pooled, per_target, key)
                      for key in truth}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from miaudit._runtime.io import plain_text
+from miaudit.stats.metrics import MetricKeys
 
 # Attack families: one ROC panel each, so a panel compares variants of one method.
 FAMILIES = {
@@ -153,7 +154,7 @@ def planner_curves(planned: dict[str, dict[str, Any]], key: str) -> Any:
     for (label, rows), color in zip(planned.items(), colors):
         counts = np.array(rows["references"])
         tpr = 100 * np.array(rows[key])
-        ci = 100 * np.array(rows[f"{key}_ci"])
+        ci = 100 * np.array(rows[MetricKeys(key).ci])
         axis.errorbar(counts, tpr, yerr=[tpr - ci[:, 0], ci[:, 1] - tpr], color=color,
                       marker="o", markersize=3, linewidth=1.2, capsize=2, label=label)
         if rows.get("enough_references"):

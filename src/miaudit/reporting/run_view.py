@@ -27,6 +27,7 @@ from miaudit.results import (
     parse_summary,
     read_results,
 )
+from miaudit.stats.metrics import MetricKeys, is_measurable
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -85,9 +86,9 @@ class AttackView:
     def class_metric(self, row: dict[str, Any], key: str) -> Metric | None:
         if key not in row:
             return None
-        interval = row.get(f"{key}_ci")
+        interval = row.get(MetricKeys(key).ci)
         return Metric(float(row[key]), tuple(interval) if interval else None,
-                      measurable=row.get(f"{key}_measurable") is not False)
+                      measurable=is_measurable(row, key))
 
     @property
     def caveats(self) -> list[str]:

@@ -194,7 +194,7 @@ class AttackRecord(Record):
 
     def measurable(self, key: str) -> bool:
         """False when no threshold reaches that FPR (``metrics.summarize``)."""
-        return self.pooled.get(f"{key}_measurable") is not False
+        return metrics.is_measurable(self.pooled, key)
 
     def value(self, key: str, view: str = "pooled") -> float | None:
         """``key`` (e.g. "auc", "tpr@0.1%") pooled, or its mean / std / min / max over
@@ -210,7 +210,7 @@ class AttackRecord(Record):
     def interval(self, key: str, kind: str = "") -> Interval | None:
         """The pooled 95% interval of ``key``; ``kind`` "" (what ci_method says),
         "conditional" (on these trained models) or "simultaneous" (over all attacks)."""
-        return self.pooled.get(f"{key}_ci" + (f"_{kind}" if kind else ""))
+        return self.pooled.get(metrics.MetricKeys(key).interval(kind))
 
     @property
     def auc(self) -> float:
@@ -379,8 +379,8 @@ def roc_title(summary: Summary) -> str:
 def _table_row(attack: AttackRecord) -> dict[str, Any]:
     row: dict[str, Any] = {"attack": attack.attack}
     pooled = attack.pooled
-    unmeasurable = {key.removesuffix("_measurable") for key, value in pooled.items()
-                    if key.endswith("_measurable") and value is False}
+    unmeasurable = {metric.name for key, value in pooled.items()
+                    if (metric := metrics.MetricKeys.of_measurable(key)) and value is False}
     for key, value in pooled.items():
         if key in unmeasurable:  # as Results.metric: no number, not a TPR at zero FPR
             row[key] = None

@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from miaudit.stats.metrics import MetricKeys, is_measurable
+
 ROUNDS = 1000  # bootstrap replicates per audit
 CONFIDENCE = 0.95
 BLOCK_CELLS = 1 << 22  # replicate x cell entries per block: bounds the memory (~16 MiB arrays)
@@ -295,13 +297,14 @@ def pooled_intervals(pooled: dict, replicates: dict[str, np.ndarray],
     ``ci_conditional_method`` say what each covers."""
     out = {}
     for key, value in pooled.items():
-        if key.endswith("_ci") and key.startswith("tpr@"):
-            out[key] = percentile_interval(replicates[key.removesuffix("_ci")])
-            out[f"{key}_conditional"] = value
+        metric = MetricKeys.of_interval(key)
+        if metric is not None and metric.name.startswith("tpr@"):
+            out[key] = percentile_interval(replicates[metric.name])
+            out[metric.conditional] = value
         else:
             out[key] = value
         if key in ("auc", "balanced_accuracy"):
-            out[f"{key}_ci"] = percentile_interval(replicates[key])
+            out[MetricKeys(key).ci] = percentile_interval(replicates[key])
     out["ci_method"] = method
     out["ci_conditional_method"] = CONDITIONAL
     return out
@@ -319,7 +322,7 @@ def add_simultaneous_bands(attacks: dict[str, dict], replicates: dict[str, dict]
             continue
         bands = simultaneous_band([replicates[label][key] for label in labels])
         for label, band in zip(labels, bands):
-            attacks[label]["pooled"][f"{key}_ci_simultaneous"] = band
+            attacks[label]["pooled"][MetricKeys(key).simultaneous] = band
 
 
 def add_paired_differences(attacks: dict[str, dict], replicates: dict[str, dict],
@@ -356,7 +359,7 @@ def paired_differences(pooled_a: dict, pooled_b: dict, replicates_a: dict[str, n
 
 
 def _measurable(pooled: dict, key: str) -> bool:
-    return pooled.get(f"{key}_measurable", True)
+    return is_measurable(pooled, key)
 
 
 def from_target_summaries(center: float, values: Sequence[float],

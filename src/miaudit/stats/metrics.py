@@ -23,6 +23,7 @@ Conventions (Carlini et al. 2022, "Membership Inference Attacks From First Princ
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -97,6 +98,62 @@ def _level_index(fpr: np.ndarray, tpr: np.ndarray, level: float) -> int:
 def level_name(level: float) -> str:
     """1e-3 -> "0.1%", 1e-5 -> "0.001%", 1e-2 -> "1%"."""
     return f"{level * 100:g}%"
+
+
+@dataclass(frozen=True)
+class MetricKeys:
+    """The results keys of one metric (``"auc"``, ``"tpr@0.1%"``): the one place that spells
+    the suffix grammar of results.json's ``pooled`` mappings. ``value``: the point estimate;
+    ``ci``: its interval (what ``ci_method`` says it covers); ``conditional``: the exact interval
+    conditional on the trained models; ``simultaneous``: the band over all attacks;
+    ``measurable``: False when no threshold reaches the FPR level."""
+
+    name: str
+
+    @property
+    def value(self) -> str:
+        return self.name
+
+    @property
+    def ci(self) -> str:
+        return f"{self.name}{CI_SUFFIX}"
+
+    @property
+    def conditional(self) -> str:
+        return f"{self.ci}_conditional"
+
+    @property
+    def simultaneous(self) -> str:
+        return f"{self.ci}_simultaneous"
+
+    @property
+    def measurable(self) -> str:
+        return f"{self.name}{MEASURABLE_SUFFIX}"
+
+    def interval(self, kind: str = "") -> str:
+        """The key of the interval of ``kind``: "" (ci), "conditional" or "simultaneous"."""
+        return {"": self.ci, "conditional": self.conditional,
+                "simultaneous": self.simultaneous}[kind]
+
+    @classmethod
+    def of_interval(cls, key: str) -> MetricKeys | None:
+        """The metric whose plain interval key is ``key`` (``"tpr@1%_ci"``), else None."""
+        return cls(key.removesuffix(CI_SUFFIX)) if key.endswith(CI_SUFFIX) else None
+
+    @classmethod
+    def of_measurable(cls, key: str) -> MetricKeys | None:
+        """The metric whose measurability key is ``key``, else None."""
+        return cls(key.removesuffix(MEASURABLE_SUFFIX)) if key.endswith(MEASURABLE_SUFFIX) \
+            else None
+
+
+CI_SUFFIX = "_ci"
+MEASURABLE_SUFFIX = "_measurable"
+
+
+def is_measurable(pooled: dict[str, Any], key: str) -> bool:
+    """Whether ``pooled`` measures ``key`` (a missing flag means measurable, as AUC)."""
+    return pooled.get(MetricKeys(key).measurable) is not False
 
 
 def tpr_key(level: float) -> str:
@@ -192,9 +249,9 @@ def _summary_of_sorted(scores: np.ndarray, is_member: np.ndarray,
     for position, (level, index) in enumerate(zip(fpr_levels, picked)):
         key = f"tpr@{level_name(level)}"
         result[key] = float(tpr[index])
-        result[f"{key}_ci"] = [float(lower[position]), float(upper[position])]
+        result[MetricKeys(key).ci] = [float(lower[position]), float(upper[position])]
         result[f"fpr@{level_name(level)}"] = float(fpr[index])
-        result[f"{key}_measurable"] = bool(fpr[1] <= level and level * n_nonmembers >= 1)
+        result[MetricKeys(key).measurable] = bool(fpr[1] <= level and level * n_nonmembers >= 1)
     result["n_members"] = n_members
     result["n_nonmembers"] = n_nonmembers
     return result
@@ -232,7 +289,7 @@ def aggregate(per_target: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     if not per_target:
         raise ValueError("aggregate needs at least one per-target summary")
     keys = [k for k in per_target[0] if _is_number(per_target[0][k])
-            and not any(d.get(f"{k}_measurable") is False for d in per_target)]
+            and all(is_measurable(d, k) for d in per_target)]
     stats: dict[str, dict[str, float]] = {"mean": {}, "std": {}, "min": {}, "max": {}}
     for key in keys:
         values = np.array([float(d[key]) for d in per_target if _is_number(d.get(key))])
