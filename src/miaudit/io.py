@@ -154,6 +154,73 @@ def read_digested_json(path: Path) -> tuple[dict[str, Any], str | None]:
     return record, None
 
 
+DIGESTS = "digests.json"  # a folder's record of its data files' digests {name: sha256}
+
+
+def record_digests(folder: Path, names: list[str]) -> None:
+    """Add the digests of files ``names`` of ``folder`` to the folder's digest record
+    (:data:`DIGESTS`, itself self-digesting), so that :func:`verify_file` finds a damaged
+    file when it is read. Call it after the files are written; a kill in between leaves a
+    record that names them as damaged, and the writer rebuilds them."""
+    folder = Path(folder)
+    digests = dict(_folder_digests(folder) or {})
+    digests.update({name: file_digest(folder / name) for name in names})
+    write_digested_json(folder / DIGESTS, digests)
+
+
+def verify_file(path: Path, recovery: str) -> Path:
+    """``path`` when it matches the digest its folder's record (:data:`DIGESTS`) holds;
+    RunDirError naming it and ``recovery`` when it is damaged or the record is. A folder
+    without a record (written before miaudit recorded digests) is read unverified; a file
+    the record does not list too (added by hand, or a kind recorded elsewhere)."""
+    path = Path(path)
+    digests = _folder_digests(path.parent, recovery)
+    if digests is None or path.name not in digests:
+        return path
+    if not path.is_file():
+        raise RunDirError(f"{path_problem(path)}; {recovery}")
+    if file_digest(path) != digests[path.name]:
+        raise RunDirError(f"{path} is damaged (its digest differs from "
+                          f"{path.parent / DIGESTS}); {recovery}")
+    return path
+
+
+def _folder_digests(folder: Path, recovery: str = "") -> dict[str, str] | None:
+    path = Path(folder) / DIGESTS
+    if not path.exists():
+        return None
+    try:
+        digests, problem = read_digested_json(path)
+    except RunDirError as error:
+        problem = str(error)
+    if problem is not None:
+        if not recovery:  # rewriting the record: the files it lists are checked again
+            return {}
+        raise RunDirError(f"{path} is damaged ({problem}); {recovery}")
+    return digests
+
+
+def write_digested_bytes(path: Path, payload: bytes) -> None:
+    """``payload`` preceded by a header line with its sha256: a file that carries its own
+    digest (e.g. a torch checkpoint, whose format has none), checked by
+    :func:`read_digested_bytes`."""
+    header = f"miaudit-sha256 {hashlib.sha256(payload).hexdigest()}\n".encode()
+    write_bytes(path, header + payload)
+
+
+def read_digested_bytes(path: Path) -> tuple[bytes, str | None]:
+    """(payload, problem) of a file written by :func:`write_digested_bytes`; ``problem`` is
+    None when the payload matches its digest."""
+    raw = Path(path).read_bytes()
+    header, _, payload = raw.partition(b"\n")
+    if not header.startswith(b"miaudit-sha256 "):
+        return raw, "no digest"
+    if header.removeprefix(b"miaudit-sha256 ").decode("ascii", "replace") != \
+            hashlib.sha256(payload).hexdigest():
+        return payload, "its content does not match its digest"
+    return payload, None
+
+
 def copy_file(source: Path, destination: Path) -> None:
     """Copy atomically. Never a hard link: damage in one copy must not reach another."""
     atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
