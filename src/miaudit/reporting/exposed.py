@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from miaudit import metrics
-from miaudit.io import write_bytes
+from miaudit.io import record_digests, write_bytes
 
 EXPOSED_FILE = "exposed.npz"
 FLAG_FPR = 1e-3
@@ -83,4 +83,5 @@ def write_exposed_samples(run_dir: Path, scores: np.ndarray, members: np.ndarray
     np.savez_compressed(buffer, **arrays)
     path = Path(run_dir) / EXPOSED_FILE
     write_bytes(path, buffer.getvalue())
+    record_digests(Path(run_dir), [EXPOSED_FILE])
     return path

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import RunDirError
-from miaudit.io import path_problem, read_json
+from miaudit.io import path_problem, read_json, verify_file
 from miaudit.reporting.exposed import EXPOSED_FILE
 from miaudit.results import (
     AttackRecord,
@@ -27,6 +27,7 @@ from miaudit.results import (
     parse_summary,
     read_results,
 )
+from miaudit.rundir import REBUILD
 
 LEVELS = ("0.1%", "1%")  # the FPR levels the report leads with (Carlini et al. 2022, Sec. IV)
 
@@ -291,12 +292,12 @@ class RunView:
     def memorization(self) -> dict[str, Any] | None:
         """The memorization analysis of this scores generation (an older one is ignored)."""
         path = self.root / "memorization.json"
-        table = read_json(path) if path.exists() else None
+        table = read_json(verify_file(path, REBUILD)) if path.exists() else None
         return table if table and table.get("scores_dir") == self.summary.scores_dir else None
 
     def file_bytes(self, name: str) -> bytes | None:
         path = self.root / name
-        return path.read_bytes() if path.exists() else None
+        return verify_file(path, REBUILD).read_bytes() if path.exists() else None
 
     def exposed(self) -> dict[str, Any] | None:
         """The contents of exposed.npz (see :mod:`miaudit.reporting.exposed`), or None."""
@@ -304,7 +305,7 @@ class RunView:
         if not path.exists():
             return None
         try:
-            with np.load(path, allow_pickle=False) as stored:
+            with np.load(verify_file(path, REBUILD), allow_pickle=False) as stored:
                 return {key: stored[key] for key in stored.files}
         except (OSError, ValueError) as error:
             raise RunDirError(f"cannot read {path}: {error}") from None

@@ -18,7 +18,7 @@ from miaudit.label_queries import protect_decision_columns
 from miaudit.planning import Plan
 from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.results import Privacy
-from miaudit.rundir import LAYOUT, RunDir, scores_name
+from miaudit.rundir import LAYOUT, RunDir
 from miaudit.scoring import accuracy_stats, score_attacks
 from miaudit.specs import parse_component
 from miaudit.stages.evaluate import Evaluated
@@ -145,13 +145,15 @@ def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
     """DeMem Figure 1 analysis for the first target, from ``attack``'s scores (audited
     samples only)."""
     from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
-    from miaudit.io import read_array
+    from miaudit.io import record_digests
+    from miaudit.rundir import read_scores
 
     audited = plan.split.audited
     target = plan.targets[0]
-    scores = read_array(run.root / scores_dir / scores_name(attack))[0]
+    scores = read_scores(run.root, scores_dir, attack)[0]
     table = memorization_analysis(data.logits[:, audited], data.labels[audited],
                                   plan.keep[:, audited], scores, target)
     table["attack"], table["scores_dir"] = attack, scores_dir  # the generation it belongs to
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")
+    record_digests(run.root, ["memorization.json", "memorization.png"])
