@@ -59,6 +59,47 @@ from miaudit.io import (
 )
 
 LAYOUT = 2
+# Every kind of file a run directory can hold (a glob under RUN), and what guards it against
+# damage: "digests" (the folder's digests.json), "record" (the data file's record holds its
+# digest), "self" (the file carries the digest of its own content), "regenerated" (an output
+# no stage reads back; every audit writes it again), "empty" (no content). A new kind of
+# file is added here, and tests/test_integrity.py flips a byte in it for every reader.
+FILE_KINDS = {
+    "manifest": ("manifest.json", "self"),
+    "split": ("split.npz", "digests"),
+    "keep": ("keep.npy", "digests"),
+    "root digests": ("digests.json", "self"),
+    "model record": ("models/*/model.json", "self"),
+    "weights": ("models/*/weights.safetensors", "record"),
+    "output record": ("models/*/outputs/*.json", "self"),
+    "outputs": ("models/*/outputs/*.safetensors", "record"),
+    "eval record": ("models/*/eval/*.json", "self"),
+    "scores": ("scores-*/*.npy", "digests"),
+    "scores digests": ("scores-*/digests.json", "self"),
+    "results": ("results.json", "self"),
+    "memorization": ("memorization.json", "digests"),
+    "memorization plot": ("memorization.png", "digests"),
+    "exposed samples": ("exposed.npz", "digests"),
+    "roc plot": ("roc.png", "regenerated"),
+    "dp-bound plot": ("roc_dp_bound.png", "regenerated"),
+    "html report": ("report.html", "regenerated"),
+    "checkpoint": ("checkpoints/*.pt", "self"),
+    "parent record": ("parents/*/model.json", "self"),
+    "parent weights": ("parents/*/weights.safetensors", "record"),
+    "lock": (".lock", "empty"),
+}
+
+
+def file_kind(relative: str) -> str | None:
+    """The :data:`FILE_KINDS` kind of a path relative to the run directory (None: none)."""
+    from fnmatch import fnmatchcase
+
+    parts = Path(relative).parts
+    for kind, (pattern, _) in FILE_KINDS.items():
+        glob = Path(pattern).parts
+        if len(glob) == len(parts) and all(fnmatchcase(p, g) for p, g in zip(parts, glob)):
+            return kind
+    return None
 # what the report stage renders from results.json and its scores generation
 REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz")
 WEIGHTS = "weights.safetensors"
