@@ -537,6 +537,99 @@ def test_score_bad_input_gives_one_clear_line_and_writes_nothing(tmp_path, monke
     assert not (tmp_path / "out").exists()
 
 
+def _zip_bomb(path: Path) -> Path:
+    """An .npz whose one member expands to 520 MiB of zeros (2.4 MB on disk)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive, \
+            archive.open("keep.npy", "w", force_zip64=True) as member:
+        for _ in range(520):
+            member.write(bytes(2**20))
+    return path
+
+
+def _text_bundle(root: Path, **change) -> Path:
+    """A valid per-token bundle (6 models, 20 texts, 5 tokens, the last 5 texts 3 tokens
+    long), with arrays replaced or edited by ``change`` (name -> function of the arrays)."""
+    rng = np.random.default_rng(0)
+    keep = (np.arange(6)[:, None] % 2) == (np.arange(20)[None] % 2)
+    log_p = -rng.gamma(2.0, 1.0, (6, 20, 5)) - 1e-3
+    log_p[:, 15:, 3:] = np.nan
+    arrays = {"keep": keep, "token_logprobs": log_p,
+              "token_mu": np.where(np.isnan(log_p), np.nan, -1.0),
+              "token_sigma": np.where(np.isnan(log_p), np.nan, 0.5),
+              "token_correct": np.where(np.isnan(log_p), np.nan, 1.0)}
+    for name, edit in change.items():
+        arrays[name] = edit(arrays)
+    path = root / "bundle.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def _set(name: str, index: tuple, value) -> dict:
+    def edit(arrays):
+        array = arrays[name].astype(np.result_type(arrays[name], np.asarray(value)))
+        array[index] = value
+        return array
+    return {name: edit}
+
+
+TEXT_BAD_INPUTS = {
+    "token_correct of 5": (_set("token_correct", (0, 0, 0), 5.0), "token_correct holds 5"),
+    "token_sigma of 0": (_set("token_sigma", (1, 2, 0), 0.0), "token_sigma holds 0"),
+    "token_sigma of -1": (_set("token_sigma", (1, 2, 0), -1.0), "must be > 0"),
+    "+inf log-prob": (_set("token_logprobs", (0, 3, 1), np.inf), "infinite (model 0, text 3"),
+    "-inf log-prob": (_set("token_logprobs", (2, 3, 4), -np.inf), "infinite (model 2, text 3"),
+    "NaN before a text's first token": (_set("token_logprobs", (0, 4, 0), np.nan),
+                                        "NaN at token 0 of text 4"),
+    "complex log-probs": ({"token_logprobs": lambda a: a["token_logprobs"] + 0j},
+                          "token_logprobs holds complex numbers"),
+    "string token_mu": ({"token_mu": lambda a: a["token_mu"].astype(str)}, "token_mu holds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TEXT_BAD_INPUTS))
+def test_score_text_bundles_are_validated_like_audits(tmp_path, case):
+    """Before: token_correct of 5 gave 500% accuracy, a sigma of 0 an AUC of 0.500, inf and
+    a NaN before the first token passed as padding, complex values were cast."""
+    change, expected = TEXT_BAD_INPUTS[case]
+    result = _cli("score", _text_bundle(tmp_path, **change), "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and expected in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_valid_text_bundle_scores(tmp_path):
+    """The null check of the table above: the unedited bundle is accepted."""
+    result = _cli("score", _text_bundle(tmp_path), "--out", tmp_path / "out",
+                  "--attacks", "loss;min_k_pp")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("where", ["text bundle --population", "logits bundle", "tabular"])
+def test_out_of_range_population_and_zip_bombs_give_one_line(tmp_path, where):
+    if where == "text bundle --population":
+        np.save(tmp_path / "pop.npy", np.array([0, 20]))
+        args = ["score", _text_bundle(tmp_path), "--population", tmp_path / "pop.npy",
+                "--out", tmp_path / "out"]
+        expected = "0..19"
+    elif where == "logits bundle":
+        args = ["score", _zip_bomb(tmp_path / "bomb.npz"), "--out", tmp_path / "out"]
+        expected = "more than the 512 MiB allowed"
+    else:
+        bomb = _zip_bomb(tmp_path / "bomb.npz")
+        args = ["audit", "-c", _config_file(tmp_path, data={
+            "name": "tabular", "options": {"path": str(bomb)}}), "--quiet"]
+        expected = "more than the 512 MiB allowed"
+    result = _cli(*args)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and expected in line and "bomb.npz" in line \
+        if where != "text bundle --population" else expected in line, line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
 def test_compare_prints_paths_verbatim_on_one_line(tmp_path):
     """Before: `miaudit compare "/tmp/nope[/red]"` was parsed as markup, and compare's errors
     wrapped at the terminal's width."""

@@ -221,6 +221,63 @@ def read_digested_bytes(path: Path) -> tuple[bytes, str | None]:
     return payload, None
 
 
+#: the most bytes a compressed input (gzip, tar or zip/npz member) may expand to, and the
+#: most an .npy array may declare: a decompression bomb of a few MB would otherwise take all
+#: memory before anything could say so
+MAX_DECOMPRESSED_BYTES = 512 * 2**20
+
+
+def array_file_problem(source: Path | bytes, where: str) -> str | None:
+    """Why an .npy / .npz file (a path or its bytes) must not be loaded, read from its zip
+    directory and array headers only: its members expand to more than
+    :data:`MAX_DECOMPRESSED_BYTES`, or an array declares more data than it holds (np.load
+    would allocate the declared size first). None when loading is bounded."""
+    import zipfile
+
+    stream = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")  # noqa: SIM115
+    with stream:
+        if not zipfile.is_zipfile(stream):
+            stream.seek(0)
+            size = stream.seek(0, os.SEEK_END)
+            stream.seek(0)
+            return _npy_problem(stream, size, where)
+        try:
+            with zipfile.ZipFile(stream) as archive:
+                members = archive.infolist()
+                total = sum(member.file_size for member in members)
+                if total > MAX_DECOMPRESSED_BYTES:
+                    return (f"{where} expands to {total / 2**20:,.0f} MiB when decompressed, more "
+                            f"than the {MAX_DECOMPRESSED_BYTES // 2**20} MiB allowed (a "
+                            "decompression bomb, or very large arrays); save it uncompressed "
+                            "(np.save per array) or in smaller files")
+                for member in members:
+                    if member.filename.endswith(".npy"):
+                        with archive.open(member) as inner:
+                            problem = _npy_problem(inner, member.file_size,
+                                                   f"{where} (array {member.filename[:-4]!r})")
+                        if problem:
+                            return problem
+        except (zipfile.BadZipFile, OSError, EOFError) as error:
+            return f"{where} is not a readable .npz file: {error}"
+    return None
+
+
+def _npy_problem(stream: Any, size: int, where: str) -> str | None:
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(stream)
+        reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _, dtype = reader(stream)
+    except Exception:  # noqa: BLE001 - not an .npy header: np.load says what it is
+        return None
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if declared > MAX_DECOMPRESSED_BYTES and declared > size:
+        return (f"{where} declares an array of shape {tuple(shape)} ({declared / 2**20:,.0f} MiB) "
+                f"but holds {size:,} bytes: damaged or hostile; save it again with np.save")
+    return None
+
+
 def copy_file(source: Path, destination: Path) -> None:
     """Copy atomically. Never a hard link: damage in one copy must not reach another."""
     atomic_write(destination, lambda tmp: shutil.copyfile(source, tmp))
