@@ -103,7 +103,13 @@ def hf_tokenizer(path: Path) -> TextTokenizer:
     if path.is_file():
         from tokenizers import Tokenizer
 
-        raw = Tokenizer.from_file(str(path))
+        try:
+            raw = Tokenizer.from_file(str(path))
+        except Exception as error:  # tokenizers raises a bare Exception for any bad file
+            raise DataError(f"tokenizer {path} is not a HF tokenizer.json ("
+                            f"{str(error).splitlines()[0][:120]}); give the tokenizer.json or "
+                            "checkpoint folder of the audited model, bytes, or "
+                            "bpe:<vocab size>") from None
         bos = next((raw.token_to_id(t) for t in ("<|endoftext|>", "<s>", "<bos>", "[CLS]")
                     if raw.token_to_id(t) is not None), None)
         encode, decode, size = (lambda text: raw.encode(text, add_special_tokens=False).ids,
@@ -111,7 +117,12 @@ def hf_tokenizer(path: Path) -> TextTokenizer:
     else:
         from transformers import AutoTokenizer
 
-        loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        try:
+            loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise DataError(f"tokenizer folder {path} holds no readable tokenizer ("
+                            f"{str(error).splitlines()[0][:120]}); give the audited model's "
+                            "checkpoint folder or its tokenizer.json") from None
         bos = loaded.bos_token_id if loaded.bos_token_id is not None else loaded.eos_token_id
         encode, decode, size = (lambda text: loaded.encode(text, add_special_tokens=False),
                                 loaded.decode, len(loaded))
