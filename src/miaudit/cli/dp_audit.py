@@ -63,6 +63,9 @@ def load_dp_config(path: Path) -> Any:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
         raise MiauditError(f"DP-audit config {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise MiauditError(f"DP-audit config {path} holds a YAML {type(raw).__name__}; give a "
+                           "mapping of DPAuditConfig fields (optionally under dp_audit:)")
     return DPAuditConfig.model_validate(raw.get("dp_audit", raw))
 
 
@@ -107,12 +110,18 @@ def audit_command(
     Jagielski et al. 2020 with R runs) and print it beside the claimed epsilon."""
     from miaudit.privacy.canary import run_dp_audit
 
-    cfg = load_dp_config(config) if config is not None else build_config(
-        dataset=dataset, model=model, width=width, recipe=recipe, epochs=epochs,
-        batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
-        canaries=canaries, canary_kind=canary_kind, runs=runs, guesses=guesses,
-        selection=selection, confidence=confidence, delta=delta,
-        claimed_epsilon=claimed_epsilon, seed=seed, device=device)
+    from miaudit.configtools import format_errors
+
+    try:
+        cfg = load_dp_config(config) if config is not None else build_config(
+            dataset=dataset, model=model, width=width, recipe=recipe, epochs=epochs,
+            batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
+            canaries=canaries, canary_kind=canary_kind, runs=runs, guesses=guesses,
+            selection=selection, confidence=confidence, delta=delta,
+            claimed_epsilon=claimed_epsilon, seed=seed, device=device)
+    except ValidationError as error:  # "field: problem" on one line, as the audit's
+        raise MiauditError(format_errors(error).replace("audit config", "dp-audit config")) \
+            from None
     report = run_dp_audit(cfg)  # checks data, model and recipe before training
     data = report.as_dict()
     table = Table(title=f"DP audit ({data['mode'].replace('_', '-')}, {cfg.canary_kind} "

@@ -67,7 +67,13 @@ class Audit:
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} is not a device torch knows; give cpu, cuda, "
+                          "cuda:<index>, mps or auto") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {name!r}: miaudit runs on cpu, cuda[:index] or mps")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {name!r} requested but CUDA is not available here")
     if device.type == "cuda" and device.index is not None \
