@@ -108,9 +108,8 @@ def audit_command(
 ) -> None:
     """Lower-bound epsilon empirically with canaries (Steinke et al. 2023 one-run audit, or
     Jagielski et al. 2020 with R runs) and print it beside the claimed epsilon."""
-    from miaudit.privacy.canary import run_dp_audit
-
     from miaudit.configtools import format_errors
+    from miaudit.privacy.canary import run_dp_audit
 
     try:
         cfg = load_dp_config(config) if config is not None else build_config(

@@ -8,6 +8,7 @@ identity and dry-build every architecture, so that bad input fails before any tr
 from __future__ import annotations
 
 import functools
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from miaudit.parents import parent_configs
 from miaudit.planning import Plan, make_plan, make_split, model_seed
 from miaudit.registry import DATASETS
 from miaudit.rundir import ModelCache
+from miaudit.signals import TEXT_STATS
 
 
 @dataclass
@@ -104,6 +106,7 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     members = None if cfg.target is None else read_members(cfg.target.members, len(pool))
     split = make_split(len(pool), cfg.data.population_size, cfg.data.holdout_size, cfg.seed,
                        exclude=members)
+    check_work(cfg, pool, cfg.num_models + (cfg.target is not None))  # before planning
     plan = make_plan(cfg.protocol, cfg.num_models, split, cfg.seed, cfg.num_targets,
                      target_members=members)
     data = ids.data_identity(cfg.data.model_dump(mode="json"), ids.pool_digest(pool.x, pool.y))
@@ -120,10 +123,100 @@ def plan_audit(cfg: AuditConfig) -> Audit:
             holdout=split.holdout, device_kind=train_device(cfg, device).type)
         jobs.append(model_job(index, model_cfg, train_cfg, seed, identity))
     every = [level for job in jobs for level in chain(job)]
+    parameters = 0
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in every}.values():
+        parameters = max(parameters, check_model_size(model_cfg, train_cfg, pool))
         build_architecture(model_cfg, train_cfg, pool)
+    check_disk(cfg, pool, len(every), parameters)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def check_model_size(model_cfg: ModelConfig, train_cfg: TrainConfig, pool: Pool) -> int:
+    """The model's parameter count, counted on the meta device (nothing allocated); a model
+    whose training state (float32 weights, gradients, two optimizer moments) exceeds the
+    machine's memory raises ConfigError before it is built. 0 where a builder cannot run on
+    the meta device (it is then built, and checked by torch, as before)."""
+    try:
+        with torch.device("meta"):
+            model = build_architecture(model_cfg, train_cfg, pool)
+        count = sum(p.numel() for p in model.parameters())
+    except Exception:  # noqa: BLE001 - the real build below reports a bad option itself
+        return 0
+    needed = 16 * count
+    if needed > (available := physical_memory_bytes()):
+        raise ConfigError(f"model {model_cfg.name!r} has {count:,} parameters: training takes "
+                          f"about {needed / 2**30:,.1f} GiB (weights, gradients, optimizer "
+                          f"state), this machine has {available / 2**30:,.1f} GiB; lower "
+                          "model.options (dim, layers, width, hidden) or model.width")
+    return count
+
+
+STATS = len(TEXT_STATS)  # output values per token of a language model (causal_lm)
+
+#: the bounds on an audit's work (machine.work_limit: MIAUDIT_MAX_<NAME> overrides)
+WORK_LIMITS = {"passes_per_sample": 1e6, "forward_passes": 1e11, "training_steps": 1e8,
+               "files": 1e5}
+WORK_UNITS = {"passes_per_sample": "forward passes per sample", "forward_passes":
+              "forward passes", "training_steps": "training steps", "files": "files"}
+
+
+def check_work(cfg: AuditConfig, pool: Pool, models: int) -> None:
+    """The audit's work, bounded before anything starts: query passes per sample and in
+    all (queries, robust evaluation), training steps and files written. Each bound's line
+    states the estimate and the override (:data:`WORK_LIMITS`)."""
+    from miaudit.machine import work_limit
+    from miaudit.queries import build_query
+
+    def refuse(what: str, amount: float, name: str, fix: str) -> None:
+        limit = work_limit(name, WORK_LIMITS[name])
+        if amount > limit:
+            raise ConfigError(f"{what} need {amount:.3g} {WORK_UNITS[name]} (bound "
+                              f"{limit:.3g}); {fix}, or raise the bound: "
+                              f"MIAUDIT_MAX_{name.upper()}={amount:.3g}")
+
+    n = len(pool)
+    passes = {spec: build_query(spec).n for spec in cfg.queries}
+    robust = cfg.robust_eval
+    if robust is not None:
+        passes["robust_eval"] = robust.steps + 1
+    for spec, count in passes.items():
+        refuse("robust_eval.steps" if spec == "robust_eval" else f"queries: {spec}", count,
+               "passes_per_sample",
+               f"lower {'robust_eval.steps' if spec == 'robust_eval' else 'its budget or n'}")
+    queried = models * n * sum(count for spec, count in passes.items() if spec != "robust_eval")
+    if robust is not None:
+        queried += models * 2 * min(robust.max_samples, n) * passes["robust_eval"]
+    refuse(f"{models} models x {n:,} samples x queries {sorted(passes)}", queried,
+           "forward_passes", "lower num_models, the pool or the queries' budgets")
+    members = max(1, n // 2)
+    steps = models * cfg.train.epochs * -(-members // cfg.train.batch_size)
+    refuse(f"{models} models x {cfg.train.epochs} epochs x {-(-members // cfg.train.batch_size)}"
+           " batches", steps, "training_steps", "lower num_models or train.epochs")
+    copies = 2 if cfg.share_models else 1  # the run directory and the model cache
+    files = copies * models * (2 + 2 * len(cfg.queries))
+    refuse(f"{models} models x (weights, record, {len(cfg.queries)} queries' outputs)", files,
+           "files", "lower num_models or the queries")
+
+
+def check_disk(cfg: AuditConfig, pool: Pool, models: int, parameters: int) -> None:
+    """The bytes the models and their outputs take (float32) against the free disk space
+    where the run directory goes."""
+    n, copies = len(pool), 2 if cfg.share_models else 1
+    width = STATS * (pool.x.shape[1] - 1) if pool.is_text else pool.num_classes
+    written = copies * models * (4 * parameters + 4 * n * width * len(cfg.queries))
+    free = shutil.disk_usage(_existing(cfg.output_dir)).free
+    if written > free:
+        raise ConfigError(f"{models} models of {parameters:,} parameters with their outputs "
+                          f"write about {written / 2**30:,.1f} GiB, {cfg.output_dir} has "
+                          f"{free / 2**30:,.1f} GiB free; lower num_models or free space")
+
+
+def _existing(path: Path) -> Path:
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return path
 
 
 def model_job(index: int, model_cfg: ModelConfig, train_cfg: TrainConfig, seed: int,
@@ -189,7 +282,8 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     from miaudit.text_audit import check_modality
 
     check_modality(cfg, pool)  # attacks and settings that fit text / class outputs
-    if pool.is_text:
+    if pool.is_text:  # memory: an output row is STATS per token, not one value per class
+        check_score_memory(cfg, len(pool), STATS * (pool.x.shape[1] - 1))
         return
     classes = int(pool.y.unique().numel())
     if classes < 2:
@@ -203,12 +297,18 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
                               f"{cfg.data.name!r} is tabular; use identity or dropout")
         if pool.is_image:
             check_fits(spec, *pool.x.shape[-2:])
-    needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), len(pool),
-                                len(cfg.queries), pool.num_classes)
+    check_score_memory(cfg, len(pool), pool.num_classes)
+
+
+def check_score_memory(cfg: AuditConfig, pool: int, width: int) -> None:
+    """The score stage's peak memory (outputs of ``width`` values per sample and query)
+    against the machine's."""
+    needed = score_memory_bytes(cfg.num_models + (cfg.protocol == "fixed_target"), pool,
+                                len(cfg.queries), width)
     available = physical_memory_bytes()
     if needed > available:
-        raise ConfigError(f"num_models {cfg.num_models} x pool {len(pool)} x "
-                          f"{len(cfg.queries)} queries x {pool.num_classes} classes needs about "
+        raise ConfigError(f"num_models {cfg.num_models} x pool {pool} x "
+                          f"{len(cfg.queries)} queries x {width} output values needs about "
                           f"{needed / 2**30:.1f} GiB to score (memberships, outputs, signals), "
                           f"this machine has {available / 2**30:.1f} GiB; lower one of them")
 
