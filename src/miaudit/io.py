@@ -65,6 +65,12 @@ def path_problem(path: Path, want: str = "file") -> str:
     return f"{path} is a {other}, not a {want}"
 
 
+def printable(name: str) -> str:
+    """A file or folder name as every output can hold it: bytes that are not UTF-8 (Python
+    keeps them as surrogate escapes) written as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def write_json(path: Path, value: Any) -> None:
     write_bytes(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
 

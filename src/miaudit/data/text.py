@@ -17,7 +17,9 @@ for models built from a config), ``bpe:<vocab size>`` (a byte-level BPE trained 
 ``tokenizers`` on the pool's own texts: identical for every model, so it cannot tell members
 apart), or the path of a local HF tokenizer (a checkpoint folder, or a ``tokenizer.json``),
 which must be the audited model's own. ``max_samples`` keeps the first samples only (file
-order; ``data.pool_size`` draws a seeded random subset instead).
+order; ``data.pool_size`` draws a seeded random subset instead). Files are read line by line;
+a line longer than ``max_line_chars`` (default 2**20), a NUL byte or bytes that are not UTF-8
+are refused naming the file and the line.
 
 A sample is stored as int64 token ids ``[BOS, t_1, ..., t_T, -1, ...]`` (``-1`` pads to the
 longest sample), so a model scores every one of its T tokens given the prefix; the pool's
@@ -30,9 +32,8 @@ the vocabulary size (what the model's output layer needs).
 from __future__ import annotations
 
 import csv
-import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,21 +157,23 @@ def source_files(data_dir: Path, pattern: str) -> list[Path]:
     return files
 
 
-def read_documents(path: Path, fmt: str, field: str) -> list[str]:
-    """The documents of one file, in file order (empty ones left out)."""
-    try:
-        content = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(f"text data: {path} is not UTF-8 text ({error})") from None
-    except OSError as error:
-        raise DataError(f"text data: cannot read {path}: {error}") from None
+#: the longest line (characters) a text file may have: a file read line by line holds one line
+#: at a time, and a "line" of hundreds of MB is a binary file or a corpus to split first
+MAX_LINE_CHARS = 2**20
+
+
+def read_documents(path: Path, fmt: str, field: str,
+                   max_line_chars: int = MAX_LINE_CHARS) -> list[str]:
+    """The documents of one file, in file order (empty ones left out), read line by line:
+    a line longer than ``max_line_chars``, a NUL byte or bytes that are not UTF-8 raise
+    DataError naming the file and the line."""
     if fmt == "auto":
         fmt = {".jsonl": "jsonl", ".csv": "csv"}.get(path.suffix.lower(), "lines")
-    if fmt == "lines":
-        documents = content.splitlines()
+    if fmt == "csv":
+        documents = _csv_column(_lines(path, max_line_chars, ends=True), path, field)
     elif fmt == "fortune":
         documents, current = [], []
-        for line in content.splitlines():
+        for line in _lines(path, max_line_chars):
             if line.strip() == "%":
                 documents.append("\n".join(current))
                 current = []
@@ -179,10 +182,38 @@ def read_documents(path: Path, fmt: str, field: str) -> list[str]:
         documents.append("\n".join(current))
     elif fmt == "jsonl":
         documents = [_json_field(line, path, number, field)
-                     for number, line in enumerate(content.splitlines(), 1) if line.strip()]
+                     for number, line in enumerate(_lines(path, max_line_chars), 1)
+                     if line.strip()]
     else:
-        documents = _csv_column(content, path, field)
+        documents = [line for line in _lines(path, max_line_chars) if line.strip()]
     return [d for d in documents if d.strip()]
+
+
+def _lines(path: Path, max_chars: int, ends: bool = False) -> Iterator[str]:
+    """The lines of a UTF-8 file (as ``str.splitlines`` cuts them; with ``ends``, as read,
+    newline kept), one at a time."""
+    number = 0
+    try:
+        with open(path, encoding="utf-8") as stream:
+            while line := stream.readline(max_chars + 1):
+                number += 1
+                if len(line) > max_chars and not line.endswith("\n"):
+                    raise DataError(f"text data: {path} line {number} is longer than "
+                                    f"{max_chars:,} characters (a binary file, or a corpus "
+                                    "to split into lines first); raise data.options."
+                                    "max_line_chars if it is meant")
+                if "\0" in line:
+                    raise DataError(f"text data: {path} line {number} holds a NUL byte: a "
+                                    "binary file, not text")
+                if ends:
+                    yield line
+                else:
+                    yield from line.splitlines() or [""]
+    except UnicodeDecodeError as error:
+        raise DataError(f"text data: {path} is not UTF-8 text (after line {number}: "
+                        f"{error})") from None
+    except OSError as error:
+        raise DataError(f"text data: cannot read {path}: {error}") from None
 
 
 def _json_field(line: str, path: Path, number: int, field: str) -> str:
@@ -196,12 +227,15 @@ def _json_field(line: str, path: Path, number: int, field: str) -> str:
     return record[field]
 
 
-def _csv_column(content: str, path: Path, field: str) -> list[str]:
-    reader = csv.DictReader(io.StringIO(content))
-    if reader.fieldnames is None or field not in reader.fieldnames:
-        raise DataError(f"text data: {path} has no column {field!r} (columns: "
-                        f"{reader.fieldnames}); set data.options.field")
-    return [row[field] or "" for row in reader]
+def _csv_column(lines: Iterator[str], path: Path, field: str) -> list[str]:
+    try:
+        reader = csv.DictReader(lines)
+        if reader.fieldnames is None or field not in reader.fieldnames:
+            raise DataError(f"text data: {path} has no column {field!r} (columns: "
+                            f"{reader.fieldnames}); set data.options.field")
+        return [row[field] or "" for row in reader]
+    except csv.Error as error:  # e.g. a field over csv's own size limit
+        raise DataError(f"text data: {path} line {reader.line_num}: {error}") from None
 
 
 # -- samples ------------------------------------------------------------------------------------
@@ -234,7 +268,8 @@ def pack(samples: list[list[int]], bos: int) -> torch.Tensor:
     return packed
 
 
-def check_text(*, format: str, unit: str, max_tokens: int, **unchecked: object) -> None:
+def check_text(*, format: str, unit: str, max_tokens: int, max_line_chars: int = MAX_LINE_CHARS,
+               **unchecked: object) -> None:
     """The text data set's option values (the config checks them before reading a file)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -242,18 +277,22 @@ def check_text(*, format: str, unit: str, max_tokens: int, **unchecked: object) 
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
         raise ValueError(f"max_tokens must be an integer >= 2, got {max_tokens!r}")
+    if isinstance(max_line_chars, bool) or not isinstance(max_line_chars, int) \
+            or max_line_chars < 1:
+        raise ValueError(f"max_line_chars must be an integer >= 1, got {max_line_chars!r}")
 
 
 @DATASETS.register("text", check=check_text)
 def load_text(*, data_dir: Path | None, format: str = "auto", field: str = "text",
               pattern: str = "*.txt", unit: str = "document", max_tokens: int = 64,
-              tokenizer: str = "bytes", max_samples: int | None = None) -> DataSplits:
+              tokenizer: str = "bytes", max_samples: int | None = None,
+              max_line_chars: int = MAX_LINE_CHARS) -> DataSplits:
     """Text documents or token chunks (lines, JSONL, CSV column, fortune files), tokenized."""
     if data_dir is None:
         raise ValueError("text data needs data_dir: a text file, or a folder of them")
-    check_text(format=format, unit=unit, max_tokens=max_tokens)
+    check_text(format=format, unit=unit, max_tokens=max_tokens, max_line_chars=max_line_chars)
     documents = [d for path in source_files(Path(data_dir), pattern)
-                 for d in read_documents(path, format, field)]
+                 for d in read_documents(path, format, field, max_line_chars)]
     encoder = make_tokenizer(str(tokenizer), documents)
     samples = deduplicated(token_samples(documents, encoder, unit, max_tokens))
     if max_samples is not None:

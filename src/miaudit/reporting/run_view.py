@@ -272,8 +272,17 @@ class RunView:
         return RunDir(self.root).read_split()["audited"]
 
     def has_scores(self) -> bool:
-        return (self.root / _or(self.summary.scores_dir, "-")).is_dir() and \
-            (self.root / "keep.npy").exists()
+        return self.scores_problem() is None
+
+    def scores_problem(self) -> str | None:
+        """What of the per-sample scores and their memberships the run directory lacks."""
+        missing = [name for name in (_or(self.summary.scores_dir, "scores-*"), "keep.npy",
+                                     "split.npz") if not (self.root / name).exists()]
+        if not missing:
+            return None
+        return (f"{self.root} holds no {' or '.join(missing)}"
+                + (" (only results.json was kept)" if len(missing) == 3 else
+                   "; rerun the audit to rebuild it (it reuses every intact model)"))
 
     def scores(self, label: str) -> np.ndarray:
         """(T, A) per-sample scores of attack ``label`` (higher = member)."""
