@@ -4,12 +4,15 @@ property, see test_parents)."""
 
 from __future__ import annotations
 
+import io
+import struct
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
+from miaudit._runtime.io import read_digested_bytes, write_digested_bytes
 from miaudit.auditor.modeljob import train_model
 from miaudit.auditor.stages import audit, plan_audit
 from miaudit.config import build_recipe, validate_config
@@ -127,28 +130,45 @@ def test_resume_depends_on_the_checkpoint(tmp_path):
     with pytest.raises(Killed):
         train_model(job, *args, progress=killed_at(3), checkpoints=checkpoints)
     path = checkpoints.path(job.identity)
-    saved = torch.load(path, weights_only=True)
+    saved = torch.load(io.BytesIO(read_digested_bytes(path)[0]), weights_only=True)
     for value in saved["partial"]["model"].values():
         value.zero_()
-    torch.save(saved, path)
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    write_digested_bytes(path, buffer.getvalue())  # altered, with a matching digest
     state, meta = train_model(job, *args, checkpoints=checkpoints)
     assert meta["resumed"]
     assert any(not torch.equal(value, state[key]) for key, value in whole.items())
 
 
-@pytest.mark.parametrize("damage", ["garbage", "other_model"])
+@pytest.mark.parametrize("damage", ["garbage", "other_model", "flipped_bit", "no_digest"])
 def test_an_unusable_checkpoint_is_set_aside_and_training_starts_over(tmp_path, damage):
     planned, job = job_of("standard")
     args = (planned.pool, planned.plan, planned.device)
     whole, _ = train_model(job, *args)
     checkpoints = Checkpointing(str(tmp_path), every_seconds=0)
     path = checkpoints.path(job.identity)
+    expected = "not used"
     if damage == "garbage":
         path.write_bytes(b"not a checkpoint")
-    else:
+    elif damage == "other_model":
         other = Checkpoint(path, "another-model")
         other.write()
-    with pytest.warns(UserWarning, match="not used"):
+    else:  # a real checkpoint of this model, one exponent bit of a weight flipped
+        with pytest.raises(Killed):
+            train_model(job, *args, progress=killed_at(3), checkpoints=checkpoints)
+        payload, _ = read_digested_bytes(path)
+        weight = next(iter(torch.load(io.BytesIO(payload), weights_only=True)["partial"]
+                           ["model"].values())).flatten()[0]
+        raw = bytearray(path.read_bytes())
+        at = bytes(raw).find(struct.pack("<f", weight.item()))
+        assert at > 0  # the weight's bytes are in the file as stored
+        raw[at + 3] ^= 0x01  # the lowest exponent bit: a plausible value, no load error
+        if damage == "no_digest":  # a checkpoint of before digests, or a header cut off
+            raw = raw[bytes(raw).index(b"\n") + 1:]
+        path.write_bytes(bytes(raw))
+        expected = "damaged" if damage == "flipped_bit" else "no digest"
+    with pytest.warns(UserWarning, match=expected):
         state, meta = train_model(job, *args, checkpoints=checkpoints)
     assert "resumed" not in meta
     for key, value in whole.items():

@@ -279,6 +279,46 @@ def _digits_with_data_dir(tmp_path):
     return ["-c", path, "--data-dir", tmp_path]
 
 
+def _digits(tmp_path, *sets):
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump({"data": {"name": "digits"}, "num_models": 2,
+                                    "attacks": ["loss"], "device": "cpu",
+                                    "output_dir": str(tmp_path / "runs")}))
+    return ["-c", path, *[arg for value in sets for arg in ("--set", value)]]
+
+
+def _etc_passwd_target(tmp_path):
+    np.save(tmp_path / "members.npy", np.arange(50))
+    return ["--protocol", "fixed_target", "--num-models", "2", "--set", "attacks=[loss]",
+            "--set", "target.weights=/etc/passwd", "--set",
+            f"target.members={tmp_path / 'members.npy'}"]
+
+
+def _text(tmp_path, corpus: bytes = b"", tokenizer: str = "bytes", checkpoint: str = "",
+          **model):
+    """A text audit's config: a small corpus (or ``corpus``), a tokenizer that is no JSON
+    ("NOTJSON"), a checkpoint folder of pickled weights ("PICKLED")."""
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(corpus or b"".join(b"line %d of the corpus\n" % i for i in range(12)))
+    options: dict = dict(model)
+    if tokenizer == "NOTJSON":
+        tokenizer = str(tmp_path / "tokenizer.json")
+        (tmp_path / "tokenizer.json").write_text("not json")
+    if checkpoint == "PICKLED":
+        folder = tmp_path / "ckpt"
+        folder.mkdir()
+        (folder / "config.json").write_text("{}")
+        (folder / "pytorch_model.bin").write_bytes(b"a pickle, never loaded")
+        options["checkpoint"] = str(folder)
+    path = tmp_path / "text.yaml"
+    path.write_text(yaml.safe_dump({
+        "data": {"name": "text", "data_dir": str(text), "options": {"tokenizer": tokenizer}},
+        "model": {"name": "causal_lm", "options": options}, "queries": ["identity"],
+        "train": {"recipe": "lm", "epochs": 1, "batch_size": 4}, "num_models": 2,
+        "attacks": ["loss"], "device": "cpu", "output_dir": str(tmp_path / "runs")}))
+    return ["-c", path]
+
+
 def _set_alias_bomb(tmp_path):
     levels = ["l0: &l0 [" + ", ".join(["x"] * 10) + "]"]
     levels += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 6)]
@@ -320,6 +360,35 @@ BAD_INPUTS = {
     "an unknown flag": (lambda t: ["--epoch", "3"], "No such option: --epoch"),
     "train.milestones outside training": (lambda t: ["--set", "train.milestones=[2.0, -1]"],
                                           "train.milestones"),
+    # issue 83: unbounded work refused up front, with the estimate and the override
+    "boundary:budget=1e12": (lambda t: ["--set", "data.options.shape=[1, 4, 4]", "--queries",
+                                        "boundary:budget=1000000000000"],
+                             "MIAUDIT_MAX_PASSES_PER_SAMPLE=1e+12"),
+    "dropout:n=1e8": (lambda t: ["--queries", "dropout:n=100000000"],
+                      "need 1e+08 forward passes per sample"),
+    "robust_eval.steps=1e9": (lambda t: ["--set", "data.options.shape=[1, 4, 4]", "--set",
+                                         "robust_eval={steps: 1000000000}"],
+                              "robust_eval.steps need 1e+09"),
+    "--num-models 100000 (files)": (lambda t: ["--num-models", "100000"], "MIAUDIT_MAX_FILES"),
+    "an MLP beyond memory": (lambda t: ["--set", "model.options.hidden=[1000000, 1000000]"],
+                             "1,000,022,000,004 parameters"),
+    "synthetic n_train=1e8": (lambda t: ["--set", "data.options.n_train=100000000", "--set",
+                                         "data.options.shape=[1000]"], "to generate"),
+    "synthetic shape=[1e5,1e5]": (lambda t: ["--set", "data.options.shape=[100000, 100000]"],
+                                  "to generate"),
+    "--device tpu": (lambda t: ["--device", "tpu"], "got 'tpu'"),
+    "digits test_fraction=1.5": (lambda t: _digits(t, "data.options.test_fraction=1.5"),
+                                 "test_fraction must be a number in (0, 1)"),
+    "target.weights=/etc/passwd": (lambda t: _etc_passwd_target(t), "/etc/passwd is not a"),
+    "a tokenizer that is no JSON": (lambda t: _text(t, tokenizer="NOTJSON"),
+                                    "is not a HF tokenizer.json"),
+    "a pickled HF checkpoint": (lambda t: _text(t, checkpoint="PICKLED"),
+                                "safe_serialization=True"),
+    "causal_lm layers=0": (lambda t: _text(t, layers=0), "layers must be an integer >= 1"),
+    "a corpus with NUL bytes": (lambda t: _text(t, corpus=b"one\x00two\nthree\n"),
+                                "NUL"),
+    "a corpus line over the cap": (lambda t: _text(t, corpus=b"x" * (2**20 + 1) + b"\n"),
+                                   "longer than"),
     "attack labels sharing a scores file": (lambda t: [
         "--set", 'attacks=[{name: lira, label: "x y"}, {name: loss, label: "x_y"}]'],
         "both save their scores as x_y.npy"),
@@ -539,6 +608,99 @@ def test_score_bad_input_gives_one_clear_line_and_writes_nothing(tmp_path, monke
     assert not (tmp_path / "out").exists()
 
 
+def _zip_bomb(path: Path) -> Path:
+    """An .npz whose one member expands to 520 MiB of zeros (2.4 MB on disk)."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive, \
+            archive.open("keep.npy", "w", force_zip64=True) as member:
+        for _ in range(520):
+            member.write(bytes(2**20))
+    return path
+
+
+def _text_bundle(root: Path, **change) -> Path:
+    """A valid per-token bundle (6 models, 20 texts, 5 tokens, the last 5 texts 3 tokens
+    long), with arrays replaced or edited by ``change`` (name -> function of the arrays)."""
+    rng = np.random.default_rng(0)
+    keep = (np.arange(6)[:, None] % 2) == (np.arange(20)[None] % 2)
+    log_p = -rng.gamma(2.0, 1.0, (6, 20, 5)) - 1e-3
+    log_p[:, 15:, 3:] = np.nan
+    arrays = {"keep": keep, "token_logprobs": log_p,
+              "token_mu": np.where(np.isnan(log_p), np.nan, -1.0),
+              "token_sigma": np.where(np.isnan(log_p), np.nan, 0.5),
+              "token_correct": np.where(np.isnan(log_p), np.nan, 1.0)}
+    for name, edit in change.items():
+        arrays[name] = edit(arrays)
+    path = root / "bundle.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def _set(name: str, index: tuple, value) -> dict:
+    def edit(arrays):
+        array = arrays[name].astype(np.result_type(arrays[name], np.asarray(value)))
+        array[index] = value
+        return array
+    return {name: edit}
+
+
+TEXT_BAD_INPUTS = {
+    "token_correct of 5": (_set("token_correct", (0, 0, 0), 5.0), "token_correct holds 5"),
+    "token_sigma of 0": (_set("token_sigma", (1, 2, 0), 0.0), "token_sigma holds 0"),
+    "token_sigma of -1": (_set("token_sigma", (1, 2, 0), -1.0), "must be > 0"),
+    "+inf log-prob": (_set("token_logprobs", (0, 3, 1), np.inf), "infinite (model 0, text 3"),
+    "-inf log-prob": (_set("token_logprobs", (2, 3, 4), -np.inf), "infinite (model 2, text 3"),
+    "NaN before a text's first token": (_set("token_logprobs", (0, 4, 0), np.nan),
+                                        "NaN at token 0 of text 4"),
+    "complex log-probs": ({"token_logprobs": lambda a: a["token_logprobs"] + 0j},
+                          "token_logprobs holds complex numbers"),
+    "string token_mu": ({"token_mu": lambda a: a["token_mu"].astype(str)}, "token_mu holds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TEXT_BAD_INPUTS))
+def test_score_text_bundles_are_validated_like_audits(tmp_path, case):
+    """Before: token_correct of 5 gave 500% accuracy, a sigma of 0 an AUC of 0.500, inf and
+    a NaN before the first token passed as padding, complex values were cast."""
+    change, expected = TEXT_BAD_INPUTS[case]
+    result = _cli("score", _text_bundle(tmp_path, **change), "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and expected in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_valid_text_bundle_scores(tmp_path):
+    """The null check of the table above: the unedited bundle is accepted."""
+    result = _cli("score", _text_bundle(tmp_path), "--out", tmp_path / "out",
+                  "--attacks", "loss;min_k_pp")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("where", ["text bundle --population", "logits bundle", "tabular"])
+def test_out_of_range_population_and_zip_bombs_give_one_line(tmp_path, where):
+    if where == "text bundle --population":
+        np.save(tmp_path / "pop.npy", np.array([0, 20]))
+        args = ["score", _text_bundle(tmp_path), "--population", tmp_path / "pop.npy",
+                "--out", tmp_path / "out"]
+        expected = "0..19"
+    elif where == "logits bundle":
+        args = ["score", _zip_bomb(tmp_path / "bomb.npz"), "--out", tmp_path / "out"]
+        expected = "more than the 512 MiB allowed"
+    else:
+        bomb = _zip_bomb(tmp_path / "bomb.npz")
+        args = ["audit", "-c", _config_file(tmp_path, data={
+            "name": "tabular", "options": {"path": str(bomb)}}), "--quiet"]
+        expected = "more than the 512 MiB allowed"
+    result = _cli(*args)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and expected in line and "bomb.npz" in line \
+        if where != "text bundle --population" else expected in line, line
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
 def test_compare_prints_paths_verbatim_on_one_line(tmp_path):
     """Before: `miaudit compare "/tmp/nope[/red]"` was parsed as markup, and compare's errors
     wrapped at the terminal's width."""
@@ -590,3 +752,53 @@ def test_a_path_of_the_wrong_kind_is_named_as_such(tmp_path, command):
     assert result.exit_code == 2, result.output
     (line,) = result.output.strip().splitlines()
     assert expected in line, line
+
+
+# -- issue 83: dp-audit, names that are not UTF-8, a run directory missing its memberships --
+DP_BAD_INPUTS = {
+    "--device tpu": (["--device", "tpu"], "'tpu' is not a device"),
+    "--runs 1e8": (["--runs", "100000000"], "MIAUDIT_MAX_DP_AUDIT_EPOCHS"),
+    "--guesses with --runs 2": (["--runs", "2", "--guesses", "5,5"],
+                                "guesses apply to the one-run audit"),
+    "-c a YAML list": (["-c", "LIST"], "holds a YAML list"),
+}
+if not __import__("torch").cuda.is_available():
+    DP_BAD_INPUTS["--device cuda without CUDA"] = (["--device", "cuda"], "CUDA is not available")
+
+
+@pytest.mark.parametrize("case", sorted(DP_BAD_INPUTS))
+def test_dp_audit_bad_input_gives_one_line(tmp_path, case):
+    args, expected = DP_BAD_INPUTS[case]
+    if "LIST" in args:
+        (tmp_path / "list.yaml").write_text("- a\n- b\n")
+        args = ["-c", tmp_path / "list.yaml"]
+    started = time.perf_counter()
+    result = _cli("dp-audit", *args, "--epochs", "1")
+    assert time.perf_counter() - started < 10
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and expected in line, line
+
+
+def test_a_class_folder_name_that_is_not_utf8_is_escaped_in_every_output(tmp_path):
+    """Before: the audit trained, then report.html failed with UnicodeEncodeError."""
+    root = _image_folder(tmp_path / "images")
+    for split in ("train", "test"):
+        os.rename(os.fsencode(root / split / "b"), os.path.join(os.fsencode(root / split),
+                                                                b"b\xff"))
+    result = _cli("audit", "-c", _config_file(tmp_path, data={
+        "name": "imagefolder", "data_dir": str(root), "options": {"color": "grey"}}), "--quiet")
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "runs").glob("tiny-*")
+    assert "b\\xff" in (run / "report.html").read_text(encoding="utf-8")
+    again = _cli("report", run, "--html")
+    assert again.exit_code == 0, again.output
+
+
+def test_compare_paired_names_a_missing_keep_file(tmp_path):
+    """Before: with keep.npy missing, the run was said to hold "no scores"."""
+    run = _quiet(tiny_audit(tmp_path)).run_dir
+    (run / "keep.npy").unlink()
+    result = _cli("compare", run, run, "--paired")
+    assert result.exit_code == 0, result.output  # the table prints; the pairing says why not
+    assert "holds no keep.npy; rerun the audit" in " ".join(result.output.split())

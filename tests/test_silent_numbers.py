@@ -151,6 +151,7 @@ def test_a_kill_before_the_report_stage_leaves_no_stale_report_files(tmp_path, m
 def test_a_memorization_table_of_another_scores_generation_is_not_shown(tmp_path):
     import json
 
+    from miaudit._runtime.io import record_digests
     from miaudit.reporting.run_view import RunView
 
     config = tiny_audit(tmp_path, attacks=["loss", "lira"], memorization_attack="lira")
@@ -159,6 +160,7 @@ def test_a_memorization_table_of_another_scores_generation_is_not_shown(tmp_path
     assert view.memorization is not None
     table = json.loads((root / "memorization.json").read_text())
     (root / "memorization.json").write_text(json.dumps({**table, "scores_dir": "scores-old"}))
+    record_digests(root, ["memorization.json"])  # as written for that generation, intact
     assert RunView(root).memorization is None
 
 

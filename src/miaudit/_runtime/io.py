@@ -65,6 +65,12 @@ def path_problem(path: Path, want: str = "file") -> str:
     return f"{path} is a {other}, not a {want}"
 
 
+def printable(name: str) -> str:
+    """A file or folder name as every output can hold it: bytes that are not UTF-8 (Python
+    keeps them as surrogate escapes) written as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def write_json(path: Path, value: Any) -> None:
     write_bytes(path, (json.dumps(value, indent=2, sort_keys=False) + "\n").encode())
 
@@ -152,6 +158,130 @@ def read_digested_json(path: Path) -> tuple[dict[str, Any], str | None]:
     if stored != text_digest(record):
         return record, "its content does not match its digest"
     return record, None
+
+
+DIGESTS = "digests.json"  # a folder's record of its data files' digests {name: sha256}
+
+
+def record_digests(folder: Path, names: list[str]) -> None:
+    """Add the digests of files ``names`` of ``folder`` to the folder's digest record
+    (:data:`DIGESTS`, itself self-digesting), so that :func:`verify_file` finds a damaged
+    file when it is read. Call it after the files are written; a kill in between leaves a
+    record that names them as damaged, and the writer rebuilds them."""
+    folder = Path(folder)
+    digests = dict(_folder_digests(folder) or {})
+    digests.update({name: file_digest(folder / name) for name in names})
+    write_digested_json(folder / DIGESTS, digests)
+
+
+def verify_file(path: Path, recovery: str) -> Path:
+    """``path`` when it matches the digest its folder's record (:data:`DIGESTS`) holds;
+    RunDirError naming it and ``recovery`` when it is damaged or the record is. A folder
+    without a record (written before miaudit recorded digests) is read unverified; a file
+    the record does not list too (added by hand, or a kind recorded elsewhere)."""
+    path = Path(path)
+    digests = _folder_digests(path.parent, recovery)
+    if digests is None or path.name not in digests:
+        return path
+    if not path.is_file():
+        raise RunDirError(f"{path_problem(path)}; {recovery}")
+    if file_digest(path) != digests[path.name]:
+        raise RunDirError(f"{path} is damaged (its digest differs from "
+                          f"{path.parent / DIGESTS}); {recovery}")
+    return path
+
+
+def _folder_digests(folder: Path, recovery: str = "") -> dict[str, str] | None:
+    path = Path(folder) / DIGESTS
+    if not path.exists():
+        return None
+    try:
+        digests, problem = read_digested_json(path)
+    except RunDirError as error:
+        problem = str(error)
+    if problem is not None:
+        if not recovery:  # rewriting the record: the files it lists are checked again
+            return {}
+        raise RunDirError(f"{path} is damaged ({problem}); {recovery}")
+    return digests
+
+
+def write_digested_bytes(path: Path, payload: bytes) -> None:
+    """``payload`` preceded by a header line with its sha256: a file that carries its own
+    digest (e.g. a torch checkpoint, whose format has none), checked by
+    :func:`read_digested_bytes`."""
+    header = f"miaudit-sha256 {hashlib.sha256(payload).hexdigest()}\n".encode()
+    write_bytes(path, header + payload)
+
+
+def read_digested_bytes(path: Path) -> tuple[bytes, str | None]:
+    """(payload, problem) of a file written by :func:`write_digested_bytes`; ``problem`` is
+    None when the payload matches its digest."""
+    raw = Path(path).read_bytes()
+    header, _, payload = raw.partition(b"\n")
+    if not header.startswith(b"miaudit-sha256 "):
+        return raw, "no digest"
+    if header.removeprefix(b"miaudit-sha256 ").decode("ascii", "replace") != \
+            hashlib.sha256(payload).hexdigest():
+        return payload, "its content does not match its digest"
+    return payload, None
+
+
+#: the most bytes a compressed input (gzip, tar or zip/npz member) may expand to, and the
+#: most an .npy array may declare: a decompression bomb of a few MB would otherwise take all
+#: memory before anything could say so
+MAX_DECOMPRESSED_BYTES = 512 * 2**20
+
+
+def array_file_problem(source: Path | bytes, where: str) -> str | None:
+    """Why an .npy / .npz file (a path or its bytes) must not be loaded, read from its zip
+    directory and array headers only: its members expand to more than
+    :data:`MAX_DECOMPRESSED_BYTES`, or an array declares more data than it holds (np.load
+    would allocate the declared size first). None when loading is bounded."""
+    import zipfile
+
+    stream = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")  # noqa: SIM115
+    with stream:
+        if not zipfile.is_zipfile(stream):
+            stream.seek(0)
+            size = stream.seek(0, os.SEEK_END)
+            stream.seek(0)
+            return _npy_problem(stream, size, where)
+        try:
+            with zipfile.ZipFile(stream) as archive:
+                members = archive.infolist()
+                total = sum(member.file_size for member in members)
+                if total > MAX_DECOMPRESSED_BYTES:
+                    return (f"{where} expands to {total / 2**20:,.0f} MiB when decompressed, more "
+                            f"than the {MAX_DECOMPRESSED_BYTES // 2**20} MiB allowed (a "
+                            "decompression bomb, or very large arrays); save it uncompressed "
+                            "(np.save per array) or in smaller files")
+                for member in members:
+                    if member.filename.endswith(".npy"):
+                        with archive.open(member) as inner:
+                            problem = _npy_problem(inner, member.file_size,
+                                                   f"{where} (array {member.filename[:-4]!r})")
+                        if problem:
+                            return problem
+        except (zipfile.BadZipFile, OSError, EOFError) as error:
+            return f"{where} is not a readable .npz file: {error}"
+    return None
+
+
+def _npy_problem(stream: Any, size: int, where: str) -> str | None:
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(stream)
+        reader = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _, dtype = reader(stream)
+    except Exception:  # noqa: BLE001 - not an .npy header: np.load says what it is
+        return None
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if declared > MAX_DECOMPRESSED_BYTES and declared > size:
+        return (f"{where} declares an array of shape {tuple(shape)} ({declared / 2**20:,.0f} MiB) "
+                f"but holds {size:,} bytes: damaged or hostile; save it again with np.save")
+    return None
 
 
 def copy_file(source: Path, destination: Path) -> None:

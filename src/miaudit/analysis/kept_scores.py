@@ -46,6 +46,9 @@ class KeptScores:
     def has_scores(self) -> bool:
         return True
 
+    def scores_problem(self) -> str | None:
+        return None
+
     def scores(self, label: str) -> np.ndarray:
         if label not in self.by_label:
             raise ValueError(f"{self.root} keeps no scores of attack {label!r} (it keeps "

@@ -80,7 +80,7 @@ def paired_run_difference(run_a: Any, label_a: str, run_b: Any, label_b: str,
     the audits do not share their memberships."""
     for run in (run_a, run_b):
         if not run.has_scores():
-            raise NotPaired(f"{run.root} holds no scores (only results.json was kept)")
+            raise NotPaired(run.scores_problem())
     check_paired(run_a.targets, run_b.targets, run_a.audited, run_b.audited, run_a.members,
                  run_b.members)
     return paired_difference(run_a.scores(label_a), run_b.scores(label_b), run_a.members, keys)

@@ -122,7 +122,7 @@ def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
 
             state = read_tensors(path)
         else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = _torch_state(path)
         if not isinstance(state, dict):
             raise DataError(f"target.weights {path}: expected a state dict, got "
                             f"{type(state).__name__}")
@@ -137,6 +137,19 @@ def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],
                         f"(width {job.model.width}, options {job.model.options}): "
                         f"{str(error).splitlines()[0]}") from None
     return state, model_meta(job, "pretrained", 0.0, {}, pretrained=str(path))
+
+
+def _torch_state(path: Path) -> Any:
+    """torch.load with ``weights_only=True``; a file that is no torch file at all (text, an
+    archive of something else) raises DataError naming it, never the unpickler's IndexError."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise  # refused by weights_only: reported as not a plain state dict
+    except Exception as error:  # noqa: BLE001 - torch raises anything on foreign bytes
+        raise DataError(f"target.weights {path} is not a safetensors file nor a torch state "
+                        f"dict ({type(error).__name__}: {str(error)[:120]}); save the weights "
+                        "with safetensors or torch.save(model.state_dict())") from None
 
 
 def load_trained(run: RunDir, job: ModelJob, pool: Pool, device: torch.device) -> torch.nn.Module:

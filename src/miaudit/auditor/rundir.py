@@ -46,7 +46,10 @@ from miaudit._runtime.io import (
     read_digested_json,
     read_json,
     read_tensors,
+    record_digests,
     sweep_temporaries,
+    text_digest,
+    verify_file,
     write_array,
     write_bytes,
     write_digested_json,
@@ -75,6 +78,49 @@ ROC_FILE = "roc.png"
 ROC_DP_BOUND_FILE = "roc_dp_bound.png"
 REPORT_FILE = "report.html"
 EXPOSED_FILE = "exposed.npz"
+
+# Every kind of file a run directory can hold (a glob under RUN), and what guards it against
+# damage: "digests" (the folder's digests.json), "record" (the data file's record holds its
+# digest), "self" (the file carries the digest of its own content), "regenerated" (an output
+# no stage reads back; every audit writes it again), "empty" (no content). A new kind of
+# file is added here, and tests/test_integrity.py flips a byte in it for every reader.
+FILE_KINDS = {
+    "manifest": ("manifest.json", "self"),
+    "split": ("split.npz", "digests"),
+    "keep": ("keep.npy", "digests"),
+    "root digests": ("digests.json", "self"),
+    "model record": ("models/*/model.json", "self"),
+    "weights": ("models/*/weights.safetensors", "record"),
+    "output record": ("models/*/outputs/*.json", "self"),
+    "outputs": ("models/*/outputs/*.safetensors", "record"),
+    "eval record": ("models/*/eval/*.json", "self"),
+    "scores": ("scores-*/*.npy", "digests"),
+    "scores digests": ("scores-*/digests.json", "self"),
+    "results": ("results.json", "self"),
+    "memorization": ("memorization.json", "digests"),
+    "memorization plot": ("memorization.png", "digests"),
+    "exposed samples": ("exposed.npz", "digests"),
+    "roc plot": ("roc.png", "regenerated"),
+    "dp-bound plot": ("roc_dp_bound.png", "regenerated"),
+    "html report": ("report.html", "regenerated"),
+    "checkpoint": ("checkpoints/*.pt", "self"),
+    "parent record": ("parents/*/model.json", "self"),
+    "parent weights": ("parents/*/weights.safetensors", "record"),
+    "lock": (".lock", "empty"),
+}
+
+
+def file_kind(relative: str) -> str | None:
+    """The :data:`FILE_KINDS` kind of a path relative to the run directory (None: none)."""
+    from fnmatch import fnmatchcase
+
+    parts = Path(relative).parts
+    for kind, (pattern, _) in FILE_KINDS.items():
+        glob = Path(pattern).parts
+        if len(glob) == len(parts) and all(fnmatchcase(p, g) for p, g in zip(parts, glob)):
+            return kind
+    return None
+
 # what the report stage renders from results.json and its scores generation
 REPORT_FILES = (ROC_FILE, ROC_DP_BOUND_FILE, REPORT_FILE, EXPOSED_FILE)
 WEIGHTS = "weights.safetensors"
@@ -122,8 +168,12 @@ class RunDir:
     def claim(self, run_identity: str, config: dict[str, Any]) -> None:
         """Create the run directory or check that it holds this run (layout and identity)."""
         manifest = self.root / "manifest.json"
-        if manifest.exists():
-            stored = read_json(manifest)
+        stored, problem = read_digested_json(manifest) if manifest.exists() else ({}, None)
+        if problem not in (None, "no digest"):  # layout 2 before digests: no digest
+            # every model, output and score is checked against its own record: rewriting
+            # the manifest reuses only what matches this config
+            _warn(f"{manifest} is damaged ({problem}); rewriting it")
+        elif manifest.exists():
             layout = record_layout(stored, manifest.name)
             if layout is None or (layout == LAYOUT and "run_identity" not in stored):
                 raise RunDirError(
@@ -138,8 +188,8 @@ class RunDir:
                 raise RunDirError(
                     f"{self.root} holds another audit (identity {stored.get('run_identity')}, "
                     f"this config: {run_identity}); use another output_dir or name")
-        write_json(manifest, {"layout": LAYOUT, "run_identity": run_identity,
-                              "config": config})
+        write_digested_json(manifest, {"layout": LAYOUT, "run_identity": run_identity,
+                                       "config": config})
 
     def lock(self, wait: bool = False) -> Any:
         return locked(self.root / ".lock", wait=wait, what=str(self.root))
@@ -159,13 +209,15 @@ class RunDir:
         buffer = io.BytesIO()
         np.savez(buffer, **split)
         write_bytes(self.root / "split.npz", buffer.getvalue())
+        record_digests(self.root, ["keep.npy", "split.npz"])
 
     def read_keep(self) -> np.ndarray:
-        return read_array(self.root / "keep.npy")
+        return read_array(verify_file(self.root / "keep.npy", REBUILD))
 
     def read_split(self) -> dict[str, np.ndarray]:
         try:
-            with np.load(self.root / "split.npz", allow_pickle=False) as stored:
+            with np.load(verify_file(self.root / "split.npz", REBUILD),
+                         allow_pickle=False) as stored:
                 return {name: stored[name] for name in stored.files}
         except (OSError, ValueError, EOFError) as error:
             raise RunDirError(f"cannot read {self.root / 'split.npz'}: {error}; rerun the "
@@ -194,7 +246,8 @@ class RunDir:
         return self.root / "parents" / identity
 
     def load_weights(self, index: int) -> dict[str, Any]:
-        return read_tensors(self.model_dir(index) / WEIGHTS)
+        folder = self.model_dir(index)
+        return read_tensors(checked_data(folder / MODEL_RECORD, folder / WEIGHTS))
 
     # -- query stage ---------------------------------------------------------------------------
     def output_paths(self, index: int, key: str) -> tuple[Path, Path]:
@@ -208,11 +261,13 @@ class RunDir:
     def save_outputs(self, index: int, key: str, logits: Any, meta: dict[str, Any]) -> None:
         data, record = self.output_paths(index, key)
         write_tensors(data, {"logits": logits})
-        write_json(record, {"identity": key, "sha256": file_digest(data), **meta})
+        write_json(record, sealed({"identity": key, "sha256": file_digest(data), **meta}))
 
     def load_outputs(self, index: int, key: str) -> Any:
-        data, _ = self.output_paths(index, key)
-        return read_tensors(data)["logits"]
+        """The stored outputs, checked against their record's digest (RunDirError naming a
+        damaged file: ``miaudit plan`` must not compute from it)."""
+        data, record = self.output_paths(index, key)
+        return read_tensors(checked_data(record, data))["logits"]
 
     # -- evaluate stage ------------------------------------------------------------------------
     def eval_path(self, index: int, key: str) -> Path:
@@ -248,6 +303,7 @@ class RunDir:
         staging.chmod(0o755)  # mkdtemp makes 0700; the scores are as readable as the rest
         try:
             yield staging
+            record_digests(staging, sorted(p.name for p in staging.glob("*.npy")))
             final = self.root / staging.name.removesuffix(TMP_SUFFIX).lstrip(".")
             os.replace(staging, final)
         finally:
@@ -269,9 +325,51 @@ def save_model_folder(folder: Path, identity: str, state: dict[str, Any],
                       meta: dict[str, Any]) -> dict[str, Any]:
     """A model folder: weights, then the record that marks it complete."""
     write_tensors(folder / WEIGHTS, _unshare(state))
-    record = {"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta}
+    record = sealed({"identity": identity, "sha256": file_digest(folder / WEIGHTS), **meta})
     write_json(folder / MODEL_RECORD, record)
-    return record
+    return unsealed(record)
+
+
+REBUILD = "rerun the audit to rebuild it (it reuses every intact model)"
+RECORD_DIGEST = "record_sha256"  # a record's digest of its own content (the data file's: sha256)
+
+
+def sealed(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with the digest of its own content, so that damage to its fields (a
+    training log, an accuracy) is found as its data file's is (:func:`verified_record`)."""
+    import json
+
+    content = json.loads(json.dumps(record))
+    return {**content, RECORD_DIGEST: text_digest(content)}
+
+
+def unsealed(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if key != RECORD_DIGEST}
+
+
+def record_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with a data file's record: incomplete, or its content differs from its
+    own digest (records written before they carried one are checked for identity and data
+    digest only)."""
+    if not {"identity", "sha256"} <= set(record):
+        return "incomplete (no identity or digest)"
+    stored = record.get(RECORD_DIGEST)
+    if stored is not None and stored != text_digest(unsealed(record)):
+        return "damaged (its content does not match its digest)"
+    return None
+
+
+def checked_data(record_path: Path, data_path: Path) -> Path:
+    """``data_path`` when it and its record are intact; RunDirError naming the damaged file
+    otherwise (for readers that cannot recompute: plan, report)."""
+    record = read_json(record_path)
+    problem = record_problem(record)
+    if problem is not None:
+        raise RunDirError(f"{record_path} is {problem}; {REBUILD}")
+    if not data_path.is_file() or file_digest(data_path) != record["sha256"]:
+        raise RunDirError(f"{data_path} is missing or damaged (digest differs from "
+                          f"{record_path}); {REBUILD}")
+    return data_path
 
 
 def verified_record(folder: Path, record_name: str, identity: str,
@@ -286,8 +384,8 @@ def verified_record(folder: Path, record_name: str, identity: str,
     except RunDirError as error:
         _warn(f"{error}; recomputing it")
         return None
-    if not {"identity", "sha256"} <= set(record):  # {} or cut short by hand: not ours to trust
-        _warn(f"{record_path} is incomplete (no identity or digest); recomputing it")
+    if (problem := record_problem(record)) is not None:  # {}, cut short or edited: not ours
+        _warn(f"{record_path} is {problem}; recomputing it")
         return None
     if record["identity"] != identity:
         return None
@@ -296,7 +394,7 @@ def verified_record(folder: Path, record_name: str, identity: str,
         _warn(f"{data_path} is missing or damaged (digest differs from {record_path}); "
               "recomputing it")
         return None
-    return record
+    return unsealed(record)
 
 
 def _warn(message: str) -> None:
@@ -402,4 +500,6 @@ def audited_members(run_root: Path, targets: list[int]) -> np.ndarray:
 def read_scores(run_root: Path, scores_dir: str, label: str) -> np.ndarray:
     """(targets, audited) scores of one attack, from ``scores_dir``, the generation
     results.json names."""
-    return read_array(Path(run_root) / scores_dir / scores_name(label))
+    path = Path(run_root) / scores_dir / scores_name(label)
+    return read_array(verify_file(path, "rerun the audit (or miaudit score) to rebuild the "
+                                        "scores: it reuses every intact model"))

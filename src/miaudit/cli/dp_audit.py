@@ -68,6 +68,9 @@ def load_dp_config(path: Path) -> Any:
         raw = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
         raise InputFileError(f"DP-audit config {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise InputFileError(f"DP-audit config {path} holds a YAML {type(raw).__name__}; give "
+                             "a mapping of DPAuditConfig fields (optionally under dp_audit:)")
     return _validated(DPAuditConfig, raw.get("dp_audit", raw))
 
 

@@ -16,6 +16,10 @@ def load_digits(*, data_dir: Path | None = None, test_fraction: float = 0.2,
                 seed: int = 0) -> DataSplits:
     """scikit-learn digits, 1x8x8 grey images in [0, 1]; no download needed."""
     reject_data_dir("digits", data_dir, "is bundled with scikit-learn")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or \
+            not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be a number in (0, 1) (the share of the 1,797 "
+                         f"images held out as test data), got {test_fraction!r}")
     from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()

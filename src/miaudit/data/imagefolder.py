@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from miaudit._runtime.io import path_problem
+from miaudit._runtime.io import path_problem, printable
 from miaudit.data._base import DataError, DataSplits
 from miaudit.data.cache import as_path, cached, to_float
 from miaudit.registry import DATASETS
@@ -186,7 +186,9 @@ def splits_from_arrays(arrays: dict[str, np.ndarray], class_names: Sequence[str]
     """uint8 N x C x H x W images and labels -> float32 :class:`DataSplits`."""
     return DataSplits(to_float(arrays["x_train"]), torch.from_numpy(arrays["y_train"]).long(),
                       to_float(arrays["x_test"]), torch.from_numpy(arrays["y_test"]).long(),
-                      num_classes=len(class_names), class_names=list(class_names))
+                      num_classes=len(class_names),
+                      # a folder name that is not UTF-8 is written as \xNN in every output
+                      class_names=[printable(name) for name in class_names])
 
 
 def check_imagefolder(*, size: Any, color: str, classes: Sequence[str] | None,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
+from miaudit._runtime.machine import physical_memory_bytes
 from miaudit.data._base import DataSplits, reject_data_dir
 from miaudit.registry import DATASETS
 
@@ -25,6 +27,13 @@ def check_synthetic(*, n_train: int, n_test: int, num_classes: int, shape: tuple
             or not all(_count(size) and size > 0 for size in shape):
         raise ValueError(f"shape must be a list of positive sizes ((D,) or (C, H, W)), got "
                          f"{shape!r}")
+    # about six float32 copies of the inputs: noise, class means, the squashed inputs, then
+    # the pool's concatenation and the split's views copied into training batches
+    needed = 6 * 4 * (n_train + n_test) * math.prod(shape)
+    if needed > (available := physical_memory_bytes()):
+        raise ValueError(f"{n_train + n_test:,} samples of shape {tuple(shape)} need about "
+                         f"{needed / 2**30:,.1f} GiB to generate, this machine has "
+                         f"{available / 2**30:,.1f} GiB; lower n_train, n_test or shape")
 
 
 @DATASETS.register("synthetic", check=check_synthetic)

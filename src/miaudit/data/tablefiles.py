@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from miaudit._runtime.io import path_problem
+from miaudit._runtime.io import MAX_DECOMPRESSED_BYTES as MAX_UNPACKED
+from miaudit._runtime.io import array_file_problem, path_problem
 from miaudit.data._base import DataError
 
 
@@ -50,7 +51,7 @@ def read_source(path: Path, member: str | None = None) -> bytes:
 
 #: the most bytes a compressed table may expand to (a decompression bomb of a few MB would
 #: otherwise take all memory); plain files are read as they are
-MAX_DECOMPRESSED_BYTES = 512 * 2**20
+MAX_DECOMPRESSED_BYTES = MAX_UNPACKED  # the same cap as zip/npz members (miaudit._runtime.io)
 
 
 def _gunzip(path: Path) -> bytes:
@@ -214,6 +215,8 @@ def load_array(raw: bytes, where: str, key: str | None = None) -> np.ndarray:
     """One array of an ``.npy`` file, or array ``key`` of an ``.npz`` file, never unpickled."""
     if not raw.startswith((b"\x93NUMPY", b"PK\x03\x04")):  # else np.load calls it a pickle
         raise DataError(f"{where} is not an .npy/.npz file (no NumPy header)")
+    if (problem := array_file_problem(raw, where)) is not None:
+        raise DataError(problem)
     try:
         loaded = np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as error:

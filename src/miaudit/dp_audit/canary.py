@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from miaudit._runtime.io import write_json
+from miaudit._runtime.machine import work_limit
 from miaudit.config import DataConfig, ModelConfig, TrainConfig
 from miaudit.data import Pool
 from miaudit.errors import ConfigError
@@ -78,6 +79,14 @@ class DPAuditConfig(BaseModel):
             raise ConfigError("runs must be 0 (one-run audit) or >= 2 (multi-run)")
         return runs
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        from miaudit.auditor.stages.plan import resolve_device
+
+        resolve_device(device)  # one line now, not a traceback after the data is read
+        return device
+
     @model_validator(mode="after")
     def _consistent(self) -> DPAuditConfig:
         if self.train.penalties:
@@ -91,6 +100,16 @@ class DPAuditConfig(BaseModel):
             if k_pos < 0 or k_neg < 0 or not 0 < k_pos + k_neg <= self.canaries:
                 raise ConfigError(f"guesses ({k_pos}, {k_neg}) must be >= 0 with "
                                  f"0 < k+ + k- <= canaries ({self.canaries})")
+        if self.runs and self.guesses:
+            raise ValueError("guesses apply to the one-run audit (runs 0); the multi-run audit "
+                             "(runs >= 2) chooses its threshold by selection "
+                             f"({self.selection}): drop guesses or set runs 0")
+        trainings = 2 * self.runs * self.train.epochs  # R runs with the canary, R without
+        if trainings > (limit := work_limit("dp_audit_epochs", 100_000)):
+            raise ValueError(f"runs {self.runs} trains {2 * self.runs:,} models of "
+                             f"{self.train.epochs} epochs ({trainings:,} epochs), more than "
+                             f"{limit:,.0f}; lower runs (Jagielski et al. use hundreds), or "
+                             "raise the bound with MIAUDIT_MAX_DP_AUDIT_EPOCHS")
         if self.runs and self.selection == "split" and self.runs < 2:
             raise ConfigError("selection 'split' needs runs >= 2")
         return self

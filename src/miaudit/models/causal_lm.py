@@ -26,6 +26,7 @@ from miaudit.registry import MODELS
 
 PAD = -1  # miaudit.data.text.PAD (not imported: the data module need not load with models)
 STATS = 4  # log p, mu, sigma, correct
+PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.save / pickle formats
 #: float32 elements of one micro-batch's (rows x positions x vocabulary) logits; bounds the
 #: memory of a query of a large-vocabulary model (GPT-2: 50257 tokens per position)
 LOGIT_BUDGET = 1 << 25
@@ -90,10 +91,19 @@ def pretrained(checkpoint: Path, vocab_size: int, positions: int) -> nn.Module:
     if not (checkpoint / "config.json").is_file():
         raise ValueError(f"checkpoint {checkpoint} is not a transformers model folder (no "
                          "config.json); save one with save_pretrained")
+    pickled = sorted(p.name for p in checkpoint.iterdir() if p.suffix in PICKLED_WEIGHTS)
+    if pickled and not any(checkpoint.glob("*.safetensors")):
+        raise ValueError(
+            f"checkpoint {checkpoint} holds pickled weights ({', '.join(pickled[:3])}), which "
+            "miaudit never loads (unpickling runs code); where you trust the file, convert it: "
+            "python -c \"from transformers import AutoModelForCausalLM as M; "
+            f"M.from_pretrained('{checkpoint}').save_pretrained('{checkpoint}', "
+            "safe_serialization=True)\", then remove the pickled files")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per model build would flood the audit's output
-    lm = AutoModelForCausalLM.from_pretrained(str(checkpoint), local_files_only=True)
+    lm = AutoModelForCausalLM.from_pretrained(str(checkpoint), local_files_only=True,
+                                              use_safetensors=True)
     model_vocab = lm.get_input_embeddings().num_embeddings
     if model_vocab < vocab_size:
         raise ValueError(f"checkpoint {checkpoint} has {model_vocab} token embeddings but the "
@@ -120,10 +130,14 @@ def checkpoint_content(options: dict) -> str | None:
     return text_digest({str(p.relative_to(folder)): file_digest(p) for p in files})
 
 
-def check_causal_lm(*, dropout: float, **unchecked: object) -> None:
+def check_causal_lm(*, dropout: float, layers: int = 2, dim: int = 128, heads: int = 4,
+                    **unchecked: object) -> None:
     """causal_lm's option values that need no data (the config checks them early)."""
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    for name, value in (("layers", layers), ("dim", dim), ("heads", heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 @MODELS.register("causal_lm", check=check_causal_lm, content_digest=checkpoint_content)
@@ -144,6 +158,6 @@ def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 
     dim = scaled(dim, width)
     if dim % heads:
         raise ValueError(f"dim {dim} (x width) must be a multiple of heads {heads}")
-    check_causal_lm(dropout=dropout)
+    check_causal_lm(dropout=dropout, layers=layers, dim=dim, heads=heads)
     return CausalLM(tiny_gpt2(num_classes, positions, layers, dim, heads, dropout), num_classes)
 

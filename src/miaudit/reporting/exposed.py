@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from miaudit._runtime.io import write_bytes
+from miaudit._runtime.io import record_digests, write_bytes
 from miaudit.auditor.rundir import EXPOSED_FILE
 from miaudit.stats import metrics
 
@@ -83,4 +83,5 @@ def write_exposed_samples(run_dir: Path, scores: np.ndarray, members: np.ndarray
     np.savez_compressed(buffer, **arrays)
     path = Path(run_dir) / EXPOSED_FILE
     write_bytes(path, buffer.getvalue())
+    record_digests(Path(run_dir), [EXPOSED_FILE])
     return path

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from miaudit._runtime.io import path_problem, read_json
-from miaudit.auditor.rundir import EXPOSED_FILE, RESULTS_FILE
+from miaudit._runtime.io import path_problem, read_json, verify_file
+from miaudit.auditor.rundir import EXPOSED_FILE, REBUILD, RESULTS_FILE
 from miaudit.errors import RunDirError
 from miaudit.results import (
     AttackRecord,
@@ -270,8 +270,17 @@ class RunView:
         return RunDir(self.root).read_split()["audited"]
 
     def has_scores(self) -> bool:
-        return (self.root / _or(self.summary.scores_dir, "-")).is_dir() and \
-            (self.root / "keep.npy").exists()
+        return self.scores_problem() is None
+
+    def scores_problem(self) -> str | None:
+        """What of the per-sample scores and their memberships the run directory lacks."""
+        missing = [name for name in (_or(self.summary.scores_dir, "scores-*"), "keep.npy",
+                                     "split.npz") if not (self.root / name).exists()]
+        if not missing:
+            return None
+        return (f"{self.root} holds no {' or '.join(missing)}"
+                + (" (only results.json was kept)" if len(missing) == 3 else
+                   "; rerun the audit to rebuild it (it reuses every intact model)"))
 
     def scores(self, label: str) -> np.ndarray:
         """(T, A) per-sample scores of attack ``label`` (higher = member)."""
@@ -290,12 +299,12 @@ class RunView:
     def memorization(self) -> dict[str, Any] | None:
         """The memorization analysis of this scores generation (an older one is ignored)."""
         path = self.root / "memorization.json"
-        table = read_json(path) if path.exists() else None
+        table = read_json(verify_file(path, REBUILD)) if path.exists() else None
         return table if table and table.get("scores_dir") == self.summary.scores_dir else None
 
     def file_bytes(self, name: str) -> bytes | None:
         path = self.root / name
-        return path.read_bytes() if path.exists() else None
+        return verify_file(path, REBUILD).read_bytes() if path.exists() else None
 
     def exposed(self) -> dict[str, Any] | None:
         """The contents of exposed.npz (see :mod:`miaudit.reporting.exposed`), or None."""
@@ -303,7 +312,7 @@ class RunView:
         if not path.exists():
             return None
         try:
-            with np.load(path, allow_pickle=False) as stored:
+            with np.load(verify_file(path, REBUILD), allow_pickle=False) as stored:
                 return {key: stored[key] for key in stored.files}
         except (OSError, ValueError) as error:
             raise RunDirError(f"cannot read {path}: {error}") from None

@@ -72,7 +72,14 @@ def as_bool_keep(keep: np.ndarray, where: str) -> np.ndarray:
 def check_balance(keep: np.ndarray, policy: str, where: str,
                   population: np.ndarray | None) -> None:
     """Samples IN for every model or for none (population samples may be IN for none) are an
-    error, a warning or ignored, by ``policy`` (one of :data:`BALANCE_POLICIES`)."""
+    error, a warning or ignored, by ``policy`` (one of :data:`BALANCE_POLICIES`). Population
+    indices outside the samples raise naming them."""
+    if population is not None and np.size(population):
+        indices = np.asarray(population, dtype=np.int64)
+        if indices.min() < 0 or indices.max() >= keep.shape[1]:
+            raise ExternalOutputsError(
+                f"{where}: population indices must lie in 0..{keep.shape[1] - 1} (the "
+                f"samples), got {indices.min()}..{indices.max()}")
     if policy == "ignore":
         return
     count = keep.sum(axis=0)

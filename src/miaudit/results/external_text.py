@@ -52,11 +52,12 @@ def read_text_bundle(path: Path, *, balance: str = "warn",
     if "keep" not in arrays:
         raise ExternalOutputsError(f"{where}: no array 'keep' (models x texts, bool)")
     keep = as_bool_keep(np.asarray(arrays["keep"]), where)
-    log_p = np.asarray(arrays["token_logprobs"], dtype=np.float64)
+    log_p = _real(arrays["token_logprobs"], "token_logprobs", where)
     if keep.ndim != 2 or keep.shape[0] < 2 or log_p.ndim != 3 or log_p.shape[:2] != keep.shape:
         raise ExternalOutputsError(
             f"{where}: keep {keep.shape} and token_logprobs {log_p.shape} must be (M, N) and "
             "(M, N, T) for the same M >= 2 models and N texts")
+    _check_padding(log_p, where)
     real = np.isfinite(log_p)
     if (log_p[real] > 1e-6).any():
         raise ExternalOutputsError(f"{where}: token_logprobs holds values > 0; give natural "
@@ -67,13 +68,14 @@ def read_text_bundle(path: Path, *, balance: str = "warn",
     stats = [log_p]
     for name in OPTIONAL:
         if name in arrays:
-            extra = np.asarray(arrays[name], dtype=np.float64)
+            extra = _real(arrays[name], name, where)
             if extra.shape != log_p.shape:
                 raise ExternalOutputsError(f"{where}: {name} {extra.shape} must match "
                                            f"token_logprobs {log_p.shape}")
             if not np.isfinite(extra[real]).all():
                 raise ExternalOutputsError(f"{where}: {name} is NaN or infinite where "
                                            "token_logprobs is finite")
+            _check_range(extra[real], name, where)
             stats.append(np.where(real, extra, np.nan))
         else:
             stats.append(np.full(log_p.shape, np.nan))
@@ -83,6 +85,44 @@ def read_text_bundle(path: Path, *, balance: str = "warn",
                            query_names=["identity"],
                            model_names=[f"model{m}" for m in range(keep.shape[0])],
                            modality="text", texts=_texts(arrays, keep.shape[1], where))
+
+
+def _real(array: Any, name: str, where: str) -> np.ndarray:
+    """``array`` as float64 when it holds real numbers (never a complex value cast with a
+    warning, nor strings or objects)."""
+    array = np.asarray(array)
+    if array.dtype.kind not in "biuf":
+        kind = "complex numbers" if array.dtype.kind == "c" else f"dtype {array.dtype}"
+        raise ExternalOutputsError(f"{where}: {name} holds {kind}; give real numbers "
+                                   "(float32 or float64)")
+    return array.astype(np.float64)
+
+
+def _check_padding(log_p: np.ndarray, where: str) -> None:
+    """NaN marks the positions after a text's last token, nothing else: +-inf, or NaN
+    before a finite value, is a damaged or misaligned array."""
+    if np.isinf(log_p).any():
+        m, n, t = (int(i) for i in np.argwhere(np.isinf(log_p))[0])
+        raise ExternalOutputsError(f"{where}: token_logprobs is infinite (model {m}, text {n}, "
+                                   f"token {t}); give finite log-probabilities and NaN only "
+                                   "after a text's last token")
+    real = np.isfinite(log_p)
+    gap = real[..., 1:] & ~real[..., :-1]  # a token after a NaN
+    if gap.any():
+        m, n, t = (int(i) for i in np.argwhere(gap)[0])
+        raise ExternalOutputsError(f"{where}: token_logprobs is NaN at token {t} of text {n} "
+                                   f"(model {m}) but finite after it; NaN marks only the "
+                                   "positions after a text's last token (pad at the end)")
+
+
+def _check_range(values: np.ndarray, name: str, where: str) -> None:
+    if name == "token_correct" and not np.isin(values, (0.0, 1.0)).all():
+        bad = values[~np.isin(values, (0.0, 1.0))][0]
+        raise ExternalOutputsError(f"{where}: token_correct holds {bad:g}; give 1 where the "
+                                   "model's most likely next token was the text's, else 0")
+    if name == "token_sigma" and (values <= 0).any():
+        raise ExternalOutputsError(f"{where}: token_sigma holds {values[values <= 0][0]:g}; "
+                                   "standard deviations must be > 0 (Min-K%++ divides by them)")
 
 
 def _texts(arrays: dict[str, Any], count: int, where: str) -> list[str] | None:

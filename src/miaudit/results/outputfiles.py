@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from miaudit._runtime.io import path_problem
+from miaudit._runtime.io import array_file_problem, path_problem
 from miaudit.errors import ExternalOutputsError
 
 SUFFIXES = (".npy", ".npz", ".safetensors")
@@ -57,6 +57,8 @@ def _read_arrays(path: Path, suffix: str) -> np.ndarray | dict[str, np.ndarray]:
     if not magic.startswith((b"\x93NUMPY", b"PK\x03\x04")):
         raise ExternalOutputsError(f"{path} is not a {suffix} file (no NumPy header); write it "
                                    "with np.save / np.savez")
+    if (problem := array_file_problem(path, str(path))) is not None:
+        raise ExternalOutputsError(problem)
     try:
         loaded = np.load(path, allow_pickle=False)
         if isinstance(loaded, np.ndarray):

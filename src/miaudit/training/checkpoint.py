@@ -3,14 +3,15 @@ resumes from its last checkpoint instead of epoch 0, bit-identical to an uninter
 (tested per recipe).
 
 A checkpoint is one file per model, named by the model's identity (so a changed config never
-resumes a stale one), written atomically at the end of an epoch at most every
-``every_seconds`` and removed once the model itself is saved. It holds, for the ``fit`` call
-in progress, everything the next epoch reads: weights and buffers, optimizer and schedule
-state, the batch-order generator, torch's global random state (dropout, SDE noise), the
-recipe's own state (:meth:`Recipe.resume_state`) and the log so far; and, for the ``fit``
-calls a recipe has already completed (ANN stage before conversion, pre-training before
-fine-tuning), their end states, so that a resumed recipe replays the code between them and
-skips the training.
+resumes a stale one), carrying the sha256 of its content (a flipped bit in a tensor loads
+without error: the digest finds it, and the model trains from the start), written atomically at
+the end of an epoch at most every ``every_seconds`` and removed once the model itself is saved.
+It holds, for the ``fit`` call in progress, everything the next epoch reads: weights and
+buffers, optimizer and schedule state, the batch-order generator, torch's global random state
+(dropout, SDE noise), the recipe's own state (:meth:`Recipe.resume_state`) and the log so far;
+and, for the ``fit`` calls a recipe has already completed (ANN stage before conversion, pre-
+training before fine-tuning), their end states, so that a resumed recipe replays the code
+between them and skips the training.
 
 PyTorch has no trainer-independent checkpoint format to reuse here (Lightning's and
 Accelerate's belong to their own training loops), hence this module.
@@ -18,6 +19,7 @@ Accelerate's belong to their own training loops), hence this module.
 
 from __future__ import annotations
 
+import io
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from typing import Any
 
 import torch
 
-from miaudit._runtime.io import atomic_write
+from miaudit._runtime.io import read_digested_bytes, write_digested_bytes
 
 FORMAT = 1  # bump when the meaning of a checkpoint's fields changes
 SUFFIX = ".pt"
@@ -83,8 +85,12 @@ class Checkpoint:
         if not checkpoint.path.is_file():
             return checkpoint
         try:
-            saved = torch.load(checkpoint.path, map_location="cpu", weights_only=True)
-            problem = _problem(saved, identity)
+            payload, problem = read_digested_bytes(checkpoint.path)
+            if problem is None:  # a flipped bit in a tensor loads fine: the digest finds it
+                saved = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+                problem = _problem(saved, identity)
+            else:
+                problem = f"damaged ({problem})"
         except Exception as error:  # noqa: BLE001 - any unreadable file means: start over
             problem = f"unreadable ({str(error).splitlines()[0][:200]})"
         if problem:
@@ -131,7 +137,9 @@ class Checkpoint:
     def write(self) -> None:
         record = {"format": FORMAT, "identity": self.identity, "completed": self.completed,
                   "partial": self.partial, "seconds": self.seconds(), "resumed": self.resumed}
-        atomic_write(self.path, lambda tmp: torch.save(record, tmp))
+        buffer = io.BytesIO()
+        torch.save(record, buffer)
+        write_digested_bytes(self.path, buffer.getvalue())
         self._written_at = time.monotonic()
 
     def discard(self) -> None:

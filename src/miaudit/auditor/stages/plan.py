@@ -8,6 +8,7 @@ identity and dry-build every architecture, so that bad input fails before any tr
 from __future__ import annotations
 
 import functools
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,11 @@ import numpy as np
 import torch
 
 from miaudit._runtime.allocator import keep_freed_memory
-from miaudit._runtime.machine import check_score_memory, score_memory_bytes
+from miaudit._runtime.machine import (
+    check_score_memory,
+    physical_memory_bytes,
+    score_memory_bytes,
+)
 from miaudit.auditor import identity as ids
 from miaudit.auditor.design import Plan, make_plan, make_split, model_seed
 from miaudit.auditor.modeljob import ModelJob, build_architecture
@@ -30,6 +35,7 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
+from miaudit.queries.signals import TEXT_STATS
 from miaudit.registry import DATASETS
 
 
@@ -67,7 +73,13 @@ class Audit:
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} is not a device torch knows; give cpu, cuda, "
+                          "cuda:<index>, mps or auto") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {name!r}: miaudit runs on cpu, cuda[:index] or mps")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {name!r} requested but CUDA is not available here")
     if device.type == "cuda" and device.index is not None \
@@ -98,6 +110,7 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     members = None if cfg.target is None else read_members(cfg.target.members, len(pool))
     split = make_split(len(pool), cfg.data.population_size, cfg.data.holdout_size, cfg.seed,
                        exclude=members)
+    check_work(cfg, pool, cfg.num_models + (cfg.target is not None))  # before planning
     plan = make_plan(cfg.protocol, cfg.num_models, split, cfg.seed, cfg.num_targets,
                      target_members=members)
     data = ids.data_identity(cfg.data.model_dump(mode="json"), ids.pool_digest(pool.x, pool.y))
@@ -114,10 +127,100 @@ def plan_audit(cfg: AuditConfig) -> Audit:
             holdout=split.holdout, device_kind=train_device(cfg, device).type)
         jobs.append(model_job(index, model_cfg, train_cfg, seed, identity))
     every = [level for job in jobs for level in chain(job)]
+    parameters = 0
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in every}.values():
+        parameters = max(parameters, check_model_size(model_cfg, train_cfg, pool))
         build_architecture(model_cfg, train_cfg, pool)
+    check_disk(cfg, pool, len(every), parameters)
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def check_model_size(model_cfg: ModelConfig, train_cfg: TrainConfig, pool: Pool) -> int:
+    """The model's parameter count, counted on the meta device (nothing allocated); a model
+    whose training state (float32 weights, gradients, two optimizer moments) exceeds the
+    machine's memory raises ConfigError before it is built. 0 where a builder cannot run on
+    the meta device (it is then built, and checked by torch, as before)."""
+    try:
+        with torch.device("meta"):
+            model = build_architecture(model_cfg, train_cfg, pool)
+        count = sum(p.numel() for p in model.parameters())
+    except Exception:  # noqa: BLE001 - the real build below reports a bad option itself
+        return 0
+    needed = 16 * count
+    if needed > (available := physical_memory_bytes()):
+        raise ConfigError(f"model {model_cfg.name!r} has {count:,} parameters: training takes "
+                          f"about {needed / 2**30:,.1f} GiB (weights, gradients, optimizer "
+                          f"state), this machine has {available / 2**30:,.1f} GiB; lower "
+                          "model.options (dim, layers, width, hidden) or model.width")
+    return count
+
+
+STATS = len(TEXT_STATS)  # output values per token of a language model (causal_lm)
+
+#: the bounds on an audit's work (machine.work_limit: MIAUDIT_MAX_<NAME> overrides)
+WORK_LIMITS = {"passes_per_sample": 1e6, "forward_passes": 1e11, "training_steps": 1e8,
+               "files": 1e5}
+WORK_UNITS = {"passes_per_sample": "forward passes per sample", "forward_passes":
+              "forward passes", "training_steps": "training steps", "files": "files"}
+
+
+def check_work(cfg: AuditConfig, pool: Pool, models: int) -> None:
+    """The audit's work, bounded before anything starts: query passes per sample and in
+    all (queries, robust evaluation), training steps and files written. Each bound's line
+    states the estimate and the override (:data:`WORK_LIMITS`)."""
+    from miaudit._runtime.machine import work_limit
+    from miaudit.queries import build_query
+
+    def refuse(what: str, amount: float, name: str, fix: str) -> None:
+        limit = work_limit(name, WORK_LIMITS[name])
+        if amount > limit:
+            raise ConfigError(f"{what} need {amount:.3g} {WORK_UNITS[name]} (bound "
+                              f"{limit:.3g}); {fix}, or raise the bound: "
+                              f"MIAUDIT_MAX_{name.upper()}={amount:.3g}")
+
+    n = len(pool)
+    passes = {spec: build_query(spec).n for spec in cfg.queries}
+    robust = cfg.robust_eval
+    if robust is not None:
+        passes["robust_eval"] = robust.steps + 1
+    for spec, count in passes.items():
+        refuse("robust_eval.steps" if spec == "robust_eval" else f"queries: {spec}", count,
+               "passes_per_sample",
+               f"lower {'robust_eval.steps' if spec == 'robust_eval' else 'its budget or n'}")
+    queried = models * n * sum(count for spec, count in passes.items() if spec != "robust_eval")
+    if robust is not None:
+        queried += models * 2 * min(robust.max_samples, n) * passes["robust_eval"]
+    refuse(f"{models} models x {n:,} samples x queries {sorted(passes)}", queried,
+           "forward_passes", "lower num_models, the pool or the queries' budgets")
+    members = max(1, n // 2)
+    steps = models * cfg.train.epochs * -(-members // cfg.train.batch_size)
+    refuse(f"{models} models x {cfg.train.epochs} epochs x {-(-members // cfg.train.batch_size)}"
+           " batches", steps, "training_steps", "lower num_models or train.epochs")
+    copies = 2 if cfg.share_models else 1  # the run directory and the model cache
+    files = copies * models * (2 + 2 * len(cfg.queries))
+    refuse(f"{models} models x (weights, record, {len(cfg.queries)} queries' outputs)", files,
+           "files", "lower num_models or the queries")
+
+
+def check_disk(cfg: AuditConfig, pool: Pool, models: int, parameters: int) -> None:
+    """The bytes the models and their outputs take (float32) against the free disk space
+    where the run directory goes."""
+    n, copies = len(pool), 2 if cfg.share_models else 1
+    width = STATS * (pool.x.shape[1] - 1) if pool.is_text else pool.num_classes
+    written = copies * models * (4 * parameters + 4 * n * width * len(cfg.queries))
+    free = shutil.disk_usage(_existing(cfg.output_dir)).free
+    if written > free:
+        raise ConfigError(f"{models} models of {parameters:,} parameters with their outputs "
+                          f"write about {written / 2**30:,.1f} GiB, {cfg.output_dir} has "
+                          f"{free / 2**30:,.1f} GiB free; lower num_models or free space")
+
+
+def _existing(path: Path) -> Path:
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return path
 
 
 def model_job(index: int, model_cfg: ModelConfig, train_cfg: TrainConfig, seed: int,
@@ -183,7 +286,7 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     from miaudit.auditor.text_audit import check_modality
 
     check_modality(cfg, pool)  # attacks and settings that fit text / class outputs
-    if pool.is_text:
+    if pool.is_text:  # check_modality checked the text score stage's memory
         return
     classes = int(pool.y.unique().numel())
     if classes < 2:

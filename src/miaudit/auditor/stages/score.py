@@ -12,7 +12,7 @@ import numpy as np
 from miaudit._runtime.io import write_json
 from miaudit.attacks import AttackInput
 from miaudit.auditor.design import Plan
-from miaudit.auditor.rundir import LAYOUT, RunDir, scores_name
+from miaudit.auditor.rundir import LAYOUT, RunDir
 from miaudit.auditor.specs import parse_component
 from miaudit.auditor.stages.evaluate import Evaluated
 from miaudit.auditor.stages.plan import Audit
@@ -144,14 +144,16 @@ def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
                        scores_dir: str) -> None:
     """DeMem Figure 1 analysis for the first target, from ``attack``'s scores (audited
     samples only)."""
-    from miaudit._runtime.io import read_array
+    from miaudit._runtime.io import record_digests
     from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
+    from miaudit.auditor.rundir import read_scores
 
     audited = plan.split.audited
     target = plan.targets[0]
-    scores = read_array(run.root / scores_dir / scores_name(attack))[0]
+    scores = read_scores(run.root, scores_dir, attack)[0]
     table = memorization_analysis(data.logits[:, audited], data.labels[audited],
                                   plan.keep[:, audited], scores, target)
     table["attack"], table["scores_dir"] = attack, scores_dir  # the generation it belongs to
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")
+    record_digests(run.root, ["memorization.json", "memorization.png"])

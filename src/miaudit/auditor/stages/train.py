@@ -19,7 +19,7 @@ from miaudit._runtime.machine import slow_bf16
 from miaudit.auditor import modeljob
 from miaudit.auditor.modeljob import ModelJob
 from miaudit.auditor.parents import obtain_parents
-from miaudit.auditor.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir
+from miaudit.auditor.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, unsealed
 from miaudit.auditor.stages.plan import Audit, chain, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
@@ -50,7 +50,7 @@ class Trained:
 def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bool) -> Trained:
     """Train what is missing; read the targets' facts from their training records."""
     seconds = train_models(run, planned, console, show_progress)
-    records = [read_json(run.model_dir(t) / MODEL_RECORD) for t in planned.plan.targets]
+    records = [unsealed(read_json(run.model_dir(t) / MODEL_RECORD)) for t in planned.plan.targets]
     return Trained(seconds, privacy_summary(records),
                    float(np.mean([r["train_seconds"] for r in records])))
 
