@@ -112,9 +112,10 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     targets = list(plan.targets)
     privacy = trained.privacy
     claim = Privacy.model_validate(privacy) if privacy else None  # empirical bounds need it
+    blind: dict[str, Any] = {}
     with run.new_scores() as folder:
         attacks = score_attacks(data, cfg.attacks, targets, plan.references,
-                                plan.split.audited, folder, claim)
+                                plan.split.audited, folder, claim, blind=blind)
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
@@ -135,6 +136,7 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         "scores_dir": scores_dir,
         "target_models": {**stats, **evaluated.robust},
         "attacks": attacks, **({"privacy": privacy} if privacy else {}),
+        **({"blind_baseline": blind} if blind else {}),
         **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
         "config": cfg.model_dump(mode="json"),
     }
