@@ -30,13 +30,14 @@ from miaudit.stages.train import Trained
 def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
     """(M, pool, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
     cfg, jobs = planned.cfg, planned.jobs
-    first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0])).numpy()
+    first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0], planned)).numpy()
     logits = np.empty((len(jobs), first.shape[0], len(cfg.queries), first.shape[1]),
                       dtype=np.float32)
     for job in jobs:
         for column, spec in enumerate(cfg.queries):
             logits[job.index, :, column] = run.load_outputs(job.index,
-                                                            query_key(job, spec)).numpy()
+                                                            query_key(job, spec,
+                                                                      planned)).numpy()
     return logits
 
 
