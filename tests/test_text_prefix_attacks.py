@@ -186,7 +186,7 @@ def test_dc_pdd_equals_a_loop_and_is_null_without_memorization():
     assert abs(roc_auc_score(keep[0, audited], scores[audited]) - 0.5) < 0.1
 
 
-# -- the prefix query and the length-batched query --------------------------------------------------
+# -- the prefix query and the length-batched query -----------------------------------------------
 def tiny_lm(positions=64):
     from miaudit.models.causal_lm import causal_lm
 
