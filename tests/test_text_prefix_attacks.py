@@ -4,6 +4,9 @@ prefix query and the length-batched query of causal LMs against plain forward pa
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -241,3 +244,52 @@ def test_prefix_query_scores_the_text_after_the_prefix():
                               atol=1e-5)
     with pytest.raises(ValueError, match="positions above"):
         prefix_outputs(tiny_lm(positions=12), x, np.array([3]), torch.device("cpu"))
+
+
+def prefix_audit_config(tmp_path, **overrides):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_text import sentences
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(sentences(80)) + "\n")
+    config = {
+        "name": "prefix", "data": {"name": "text", "data_dir": str(corpus),
+                                   "population_size": 0.1, "options": {"max_tokens": 40}},
+        "model": {"name": "causal_lm", "options": {"dim": 32, "heads": 2, "layers": 1,
+                                                   "positions": 160}},
+        "train": {"recipe": "lm", "epochs": 20, "batch_size": 16, "optimizer": "adam",
+                  "lr": 0.003, "weight_decay": 0.0, "schedule": "constant"},
+        "num_models": 4, "queries": QUERIES, "device": "cpu", "threads": 1,
+        "attacks": ["loss", "recall", "con_recall", "dc_pdd"],
+        "output_dir": str(tmp_path / "runs")}
+    config.update(overrides)
+    return config
+
+
+def test_audit_with_prefix_queries(tmp_path):
+    from miaudit import audit
+    from miaudit.io import read_tensors
+
+    results = audit(prefix_audit_config(tmp_path), show_progress=False)
+    summary = results.summary
+    assert set(summary.attacks) == {"loss", "recall", "con_recall", "dc_pdd"}
+    assert summary.attacks["loss"].auc > 0.6  # the models memorize their random sentences
+    stored = sorted((results.run_dir / "models").glob("*/outputs/*.safetensors"))
+    assert len(stored) == 4 * 3  # identity and two prefix queries, once per model
+    assert read_tensors(stored[0])["logits"].dtype == torch.float16
+    blind = summary.blind_baseline  # a random split: the texts alone tell nothing
+    assert blind is not None and blind.warning is None
+    assert "over_blind" in summary.attacks["recall"].model_dump()
+
+
+def test_prefix_query_needs_room_and_population(tmp_path):
+    from miaudit import audit
+    from miaudit.errors import ConfigError
+
+    no_room = prefix_audit_config(tmp_path, model={"name": "causal_lm", "options": {
+        "dim": 32, "heads": 2, "layers": 1}})
+    with pytest.raises(ConfigError, match="positions above"):
+        audit(no_room, show_progress=False)
+    with pytest.raises(ConfigError, match="queries: a language model"):
+        audit(prefix_audit_config(tmp_path, queries=["prefix", "identity"]),
+              show_progress=False)

@@ -31,8 +31,10 @@ def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
     """(M, pool, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
     cfg, jobs = planned.cfg, planned.jobs
     first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0], planned)).numpy()
+    # text outputs are stored as float16 (miaudit.stages.query.compact_text_outputs)
+    dtype = np.float16 if first.dtype == np.float16 else np.float32
     logits = np.empty((len(jobs), first.shape[0], len(cfg.queries), first.shape[1]),
-                      dtype=np.float32)
+                      dtype=dtype)
     for job in jobs:
         for column, spec in enumerate(cfg.queries):
             logits[job.index, :, column] = run.load_outputs(job.index,
