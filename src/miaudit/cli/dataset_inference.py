@@ -69,7 +69,7 @@ def dataset_inference_command(
         if trained:
             console.print(f"warning: {trained} held-out texts were trained on by model "
                           f"{target} (the run's keep); the test assumes none were",
-                          markup=False)
+                          markup=False, soft_wrap=True)
     features = data["features"]
     result = dataset_inference(features[suspect_rows], features[heldout_rows], seed=seed)
     curve = subsample_curve(features[suspect_rows], features[heldout_rows], SIZES, seed=seed)
@@ -79,10 +79,10 @@ def dataset_inference_command(
     console.print(f"dataset inference, model {target}, features {', '.join(data['attacks'])}: "
                   f"{len(suspect_rows)} suspect vs {len(heldout_rows)} held-out texts: "
                   f"p = {result['p_value']:.3g} (Welch t = {result['t']:.2f}), permutation "
-                  f"p = {result['p_value_permutation']:.3g}", markup=False)
+                  f"p = {result['p_value_permutation']:.3g}", markup=False, soft_wrap=True)
     needed = curve["texts_needed"]
     console.print("texts needed for p < 0.01 (median over 20 subsets): "
                   + (f"{needed}" if needed is not None else "not reached with this collection"),
-                  markup=False)
+                  markup=False, soft_wrap=True)
     if Path(source).is_dir():
         (Path(source) / "dataset_inference.json").write_text(json.dumps(record, indent=1))
