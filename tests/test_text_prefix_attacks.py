@@ -293,3 +293,29 @@ def test_prefix_query_needs_room_and_population(tmp_path):
     with pytest.raises(ConfigError, match="queries: a language model"):
         audit(prefix_audit_config(tmp_path, queries=["prefix", "identity"]),
               show_progress=False)
+
+
+def test_dc_pdd_on_a_bundle_with_token_ids(tmp_path):
+    from miaudit.external_text import read_text_bundle
+    from miaudit.scoring import score_outputs
+
+    rng = np.random.default_rng(6)
+    texts, width, vocab = 120, 8, 12
+    ids = rng.integers(0, vocab, size=(texts, width))
+    ids[::3, 6:] = -1
+    keep = np.zeros((2, texts), bool)
+    keep[0, :50], keep[1, 50:100] = True, True
+    log_p = np.where(ids >= 0, -rng.gamma(2.0, 0.7, size=(2, texts, width)), np.nan)
+    path = tmp_path / "bundle.npz"
+    np.savez(path, keep=keep, token_logprobs=log_p, token_ids=ids)
+    population = np.arange(100, 120)
+    outputs = read_text_bundle(path, population=population)
+    results = score_outputs(outputs, ["dc_pdd"], None, population=population, targets=[0])
+    scores = results.memory_scores["dc_pdd"][0]  # the 100 audited texts
+    for i in (0, 7, 51, 99):
+        stored = log_p[0, i].astype(np.float32).astype(np.float64)
+        assert scores[i] == pytest.approx(dc_pdd_loop(stored, ids[i], ids[population], vocab,
+                                                      1.0), rel=1e-9)
+    np.savez(path, keep=keep, token_logprobs=log_p, token_ids=ids[:, :3])
+    with pytest.raises(Exception, match="token_ids must be"):
+        read_text_bundle(path)
