@@ -45,7 +45,8 @@ def attack_table(summary: Summary) -> Table:
         "; second line: mean ± std across targets" if rotation else "")
     blind = summary.blind_baseline is not None
     if blind:
-        caption += "; AUC - blind: the attack's AUC minus the blind baseline's [paired 95% CI]"
+        caption += ("; AUC - blind: the attack's AUC minus the blind baseline's, percentage points "
+                    "[paired 95% CI]")
     table = Table(title=title, caption=caption, show_lines=rotation)
     table.add_column("attack")
     for key in TABLE_KEYS:
