@@ -101,3 +101,22 @@ def test_a_planted_year_shift_alone_is_found():
     members = np.r_[np.ones(100, bool), np.zeros(100, bool)]
     scores = out_of_fold_scores(blind_features(texts), members)
     assert roc_auc_score(members, scores) > 0.8
+
+
+def test_score_command_prints_the_warning(tmp_path):
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    rng = np.random.default_rng(4)
+    texts = texts_from(rng, SOURCE_A, 100) + texts_from(rng, SOURCE_B, 100)
+    keep = np.zeros((2, 200), bool)
+    keep[0, :100] = True
+    keep[1] = ~keep[0]  # each model trained on one source only
+    bundle = tmp_path / "shifted.npz"
+    np.savez(bundle, keep=keep, token_logprobs=-rng.exponential(2.0, (2, 200, 8)),
+             texts=np.array(texts))
+    result = CliRunner().invoke(app, ["score", str(bundle), "--attacks", "loss",
+                                      "--out", str(tmp_path / "scored")])
+    assert result.exit_code == 0, result.output
+    assert "WARNING blind baseline" in result.output and "AUC - blind" in result.output
