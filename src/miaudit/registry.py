@@ -246,14 +246,16 @@ PENALTIES: Registry = Registry("penalty", _modules("penalties", {
     "l1": "norms", "l2": "norms", "demem": "demem"}))
 QUERIES: Registry = Registry("query augmentation", {
     name: "miaudit.queries" for name in ("identity", "flip", "shift", "dropout")}
-    | {name: "miaudit.queries.labels" for name in ("label", "boundary")})
+    | {name: "miaudit.queries.labels" for name in ("label", "boundary")}
+    | {"prefix": "miaudit.auditor.stages.prefix_query"})
 ATTACKS: Registry = Registry("attack", _modules("attacks", {
     "loss": "loss", "correctness": "song_mittal", "song_mittal": "song_mittal",
     "watson": "watson", "shokri": "shokri", "lira": "lira", "attack_p": "population",
     "attack_r": "reference", "rmia": "rmia", "rmia_simple": "rmia",
     "dropout_search": "dropout_search", "salem": "salem", "zlib": "text_zlib",
     "min_k": "text_min_k", "min_k_pp": "text_min_k", "ref_model": "text_ref_model",
-    "label_augmentation": "label_only", "boundary_distance": "label_only", "qmia": "qmia"}))
+    "label_augmentation": "label_only", "boundary_distance": "label_only", "qmia": "qmia",
+    "recall": "text_recall", "con_recall": "text_recall", "dc_pdd": "text_dc_pdd"}))
 OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("output_defenses", {
     "memguard": "memguard", "memguard_label_only": "memguard"}))
 ACCOUNTANTS: Registry = Registry("accountant", _modules("privacy", {

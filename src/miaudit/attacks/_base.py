@@ -30,6 +30,8 @@ class AttackInput:
     modality: "classes" (logits over C classes) or "text" (a causal LM's per-token outputs,
         (M, N, 1, 4 * L): see :mod:`miaudit.queries.signals`; ``labels`` are then all 0).
     texts: the N texts (text only, when known; the zlib attack needs them).
+    tokens: (N, L) int64 token ids of the texts, ``[BOS, t_1, ..., t_T, -1, ...]`` (text only,
+        when known; DC-PDD's token frequencies need them), and ``vocab_size`` their vocabulary.
     """
 
     logits: np.ndarray
@@ -41,6 +43,8 @@ class AttackInput:
     features: np.ndarray | None = None
     modality: str = "classes"
     texts: list[str] | None = None
+    tokens: np.ndarray | None = None
+    vocab_size: int | None = None
     _signals: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -91,9 +95,12 @@ class AttackInput:
         scores, i.e. all but the label-only ones (:mod:`miaudit.queries.labels`), which an
         attack reads only by name."""
         if names is None:
+            from miaudit.auditor.stages.prefix_query import is_conditional
             from miaudit.queries.labels import is_label_only
 
-            scored = [i for i, n in enumerate(self.query_names) if not is_label_only(n)]
+            # prefix queries condition the text on other texts: no augmentation of it
+            scored = [i for i, n in enumerate(self.query_names)
+                      if not is_label_only(n) and not is_conditional(n)]
             if not scored:
                 raise ValueError(f"every query ({self.query_names}) releases labels only: a "
                                  "score-based attack needs a query such as 'identity'")

@@ -18,8 +18,8 @@ from miaudit.queries.signals import token_view
 TEXT_QUERIES = ["identity"]
 #: the text attacks scored by default on per-token log-probs (``miaudit score``); RMIA on a
 #: text's per-token geometric-mean probability needs gamma near 1 (its ratios stay near 1)
-TEXT_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "ref_model", "lira", "lira:offline=true",
-                "rmia:gamma=1", "attack_r"]
+TEXT_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "dc_pdd", "ref_model", "lira",
+                "lira:offline=true", "rmia:gamma=1", "attack_r"]
 
 
 def modality(pool: Pool) -> str:
@@ -50,9 +50,17 @@ def fitting_attacks(kind: str) -> str:
 
 
 def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
-    if list(cfg.queries) != TEXT_QUERIES:
+    from miaudit.auditor.stages.prefix_query import is_conditional
+
+    queries = list(cfg.queries)
+    if queries[:1] != TEXT_QUERIES or not all(is_conditional(q) for q in queries[1:]):
         raise ConfigError(f"queries: a language model is queried once per text (its per-token "
-                          f"log-probabilities); set queries: {TEXT_QUERIES}, got {cfg.queries}")
+                          f"log-probabilities), then optionally after prefixes of other texts; "
+                          f"set queries: {TEXT_QUERIES} (ReCaLL: [identity, prefix], "
+                          f"Con-ReCall: [identity, prefix, 'prefix:member=true']), got "
+                          f"{cfg.queries}")
+    if len(queries) > 1:
+        check_prefix_room(cfg, pool)
     for where, train in (("train", cfg.train), ("reference_train", cfg.reference_train)):
         if train is not None and not _trains_language_models(train):
             raise ConfigError(f"{where}.recipe {train.recipe!r} does not train language models; "
@@ -74,22 +82,42 @@ def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
                        "lower one of them (or data.options.max_tokens)")
 
 
+def check_prefix_room(cfg: AuditConfig, pool: Pool) -> None:
+    """A prefix query needs context beyond the longest sample (a GPT-2 built from a config
+    has exactly that many positions unless model.options.positions says more)."""
+    options = cfg.model.options
+    if options.get("checkpoint") is not None:
+        return  # its context length is checked when the query runs
+    width = pool.x.shape[1]
+    if (options.get("positions") or width) <= width:
+        raise ConfigError(f"queries: a prefix query puts other texts before each text, and the "
+                          f"model's context is the longest sample ({width} tokens); set "
+                          f"model.options.positions above {width} (e.g. {4 * width})")
+    if cfg.data.population_size in (None, 0, 0.0):
+        raise ConfigError("queries: the prefix query takes its non-member texts from the "
+                          "population data; set data.population_size")
+
+
 def _trains_language_models(train: Any) -> bool:
     return build_recipe(train).language_model
 
 
 def default_text_attacks(outputs: Any, has_population: bool) -> list[str]:
     """TEXT_ATTACKS less those the outputs lack inputs for (texts: zlib; mu/sigma:
-    min_k_pp; population data: rmia)."""
+    min_k_pp; token ids: dc_pdd; population data: rmia, dc_pdd)."""
     has_mu = np.isfinite(token_view(outputs.logits[0, :, 0])[:, 1]).any()
     return [a for a in TEXT_ATTACKS if (a != "zlib" or outputs.texts is not None)
             and (a != "min_k_pp" or has_mu)
+            and (a != "dc_pdd" or getattr(outputs, "tokens", None) is not None)
             and (has_population or not build_attack(a).needs_population)]
 
 
 def attack_extras(pool: Pool) -> dict[str, Any]:
     """The AttackInput fields of the pool's kind of outputs."""
-    return {"modality": "text", "texts": list(pool.texts)} if pool.is_text else {}
+    if not pool.is_text:
+        return {}
+    return {"modality": "text", "texts": list(pool.texts), "tokens": pool.x.numpy(),
+            "vocab_size": int(pool.num_classes)}
 
 
 def text_model_stats(outputs: np.ndarray, keep: np.ndarray, audited: np.ndarray,

@@ -13,6 +13,7 @@ import typer
 
 from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
 from miaudit.cli.compare import compare
+from miaudit.cli.dataset_inference import dataset_inference_command
 from miaudit.cli.dp_audit import audit_command
 from miaudit.cli.errors import fail, user_errors
 from miaudit.cli.listings import LISTINGS, devices, listing_command
@@ -52,6 +53,9 @@ app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (Stein
             "one run, or Jagielski et al. 2020 with R runs).")(audit_command)
 app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")
 app.command()(compare)
+app.command("dataset-inference", help="Was a collection of texts trained on? (Maini et al. "
+            "2024: attack scores aggregated, then a t-test against held-out texts)")(
+    dataset_inference_command)
 
 
 def main() -> None:  # pragma: no cover - console-script entry

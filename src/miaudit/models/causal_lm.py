@@ -11,6 +11,14 @@ position j = 1..L-1 (token t_j given its prefix), four numbers laid out as (N, 4
 - ``1[argmax p(.|t_<j) = t_j]`` (next-token accuracy: did the model learn at all?);
 
 NaN at padded positions. Training reads :meth:`CausalLM.sample_nll`.
+
+:meth:`CausalLM.conditional` gives the same four numbers for each text's tokens when the text
+follows a prefix (ReCaLL, Con-ReCall: the ``prefix`` query of :mod:`miaudit.auditor.text_audit`).
+
+Queries batch texts by length: rows are sorted by their number of real tokens and each
+micro-batch is cut to its own longest row, so a pool of mostly short texts padded to one long
+maximum costs the tokens it has, not rows x maximum (causal attention and right padding make
+the trimmed and the padded computation identical for every real token).
 """
 
 from __future__ import annotations
@@ -55,14 +63,35 @@ class CausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = max(1, LOGIT_BUDGET // max(1, x.shape[1] * self.vocab_size))
-        return torch.cat([self._stats(x[start : start + rows])
-                          for start in range(0, len(x), rows)]) if len(x) else \
-            torch.empty((0, STATS * (x.shape[1] - 1)))
+        return self.conditional(x, None)
 
-    def _stats(self, x: torch.Tensor) -> torch.Tensor:
+    @torch.no_grad()
+    def conditional(self, x: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
+        """(N, 4 * (L - 1)) statistics of each row's tokens t_1..t_T, each given the
+        ``prefix`` ids (1-D; None: none) followed by the row's own BOS and t_<j."""
+        width = x.shape[1]
+        out = torch.full((len(x), STATS * (width - 1)), float("nan"), device=x.device)
+        lengths = (x != PAD).sum(1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        extra = 0 if prefix is None else len(prefix)
+        start = 0
+        while start < len(x):  # longest first: each micro-batch's width is its first row's
+            longest = max(2, int(lengths[order[start]]))
+            rows = max(1, LOGIT_BUDGET // max(1, (longest + extra) * self.vocab_size))
+            chosen = order[start : start + rows]
+            stats = self._stats(x[chosen, :longest], prefix).view(len(chosen), STATS, -1)
+            out.view(len(x), STATS, width - 1)[chosen, :, : longest - 1] = stats
+            start += rows
+        return out
+
+    def _stats(self, x: torch.Tensor, prefix: torch.Tensor | None = None) -> torch.Tensor:
         targets = x[:, 1:]
-        log_p = torch.log_softmax(self.token_logits(x).double(), dim=-1)
+        if prefix is None:
+            logits = self.token_logits(x)
+        else:  # the prefix's own predictions are dropped: only the row's tokens are scored
+            joined = torch.cat([prefix.to(x.device).expand(len(x), -1), x], dim=1)
+            logits = self.token_logits(joined)[:, len(prefix):]
+        log_p = torch.log_softmax(logits.double(), dim=-1)
         p = log_p.exp()
         token = log_p.gather(-1, targets.clamp_min(0)[..., None])[..., 0]
         mu = (p * log_p).sum(-1)
@@ -131,33 +160,40 @@ def checkpoint_content(options: dict) -> str | None:
 
 
 def check_causal_lm(*, dropout: float, layers: int = 2, dim: int = 128, heads: int = 4,
-                    **unchecked: object) -> None:
+                    positions: int | None = None, **unchecked: object) -> None:
     """causal_lm's option values that need no data (the config checks them early)."""
     if not 0 <= dropout < 1:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     for name, value in (("layers", layers), ("dim", dim), ("heads", heads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if positions is not None and (isinstance(positions, bool) or not isinstance(positions, int)
+                                  or positions < 2):
+        raise ValueError(f"positions must be an integer >= 2 (the context length), got "
+                         f"{positions!r}")
 
 
 @MODELS.register("causal_lm", check=check_causal_lm, content_digest=checkpoint_content)
 def causal_lm(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
               checkpoint: str | None = None, layers: int = 2, dim: int = 128, heads: int = 4,
-              dropout: float = 0.0) -> CausalLM:
-    """HF causal LM on text data: a local checkpoint folder, or a GPT-2 built from a config."""
+              dropout: float = 0.0, positions: int | None = None) -> CausalLM:
+    """HF causal LM on text data: a local checkpoint folder, or a GPT-2 built from a config.
+    ``positions``: the context length of a GPT-2 built from a config (default: the data's
+    longest sample); longer leaves room for the ``prefix`` query's prefix (ReCaLL)."""
     if len(input_shape) != 1:
         raise ValueError(f"causal_lm takes token-id sequences (data set text), got inputs of "
                          f"shape {input_shape}")
     from miaudit.data.text import require_text_extra
 
     require_text_extra("transformers")
-    positions = input_shape[0]
+    positions, context = input_shape[0], positions
     if checkpoint is not None:
         lm = pretrained(Path(checkpoint).expanduser(), num_classes, positions)
         return CausalLM(lm, lm.get_input_embeddings().num_embeddings)
     dim = scaled(dim, width)
     if dim % heads:
         raise ValueError(f"dim {dim} (x width) must be a multiple of heads {heads}")
-    check_causal_lm(dropout=dropout, layers=layers, dim=dim, heads=heads)
-    return CausalLM(tiny_gpt2(num_classes, positions, layers, dim, heads, dropout), num_classes)
+    check_causal_lm(dropout=dropout, layers=layers, dim=dim, heads=heads, positions=context)
+    return CausalLM(tiny_gpt2(num_classes, max(positions, context or 0), layers, dim, heads,
+                              dropout), num_classes)
 

@@ -205,8 +205,23 @@ def attack_table(view: RunView) -> str:
             "or tied top scores exceed the FPR)."
             + (" Second line: mean ± std across targets." if rotation else ""))
     caveats = "".join(f'<p class="note">{escape(line)}</p>' for line in view.summary.caveat_lines())
+    caveats += blind_section(view.summary)
     return (f'<table id="attacks"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
             f'<p class="note">{note}</p>{caveats}')
+
+
+def blind_section(summary: Any) -> str:
+    """The blind baseline (texts alone) and every attack's AUC advantage over it."""
+    from miaudit.reporting.terminal import blind_line, over_blind_cell
+
+    line = blind_line(summary)
+    if line is None:
+        return ""
+    rows = "".join(f"<tr><td>{escape(label)}</td><td>{over_blind_cell(attack)}</td></tr>"
+                   for label, attack in summary.attacks.items())
+    lines = "".join(f'<p class="note">{escape(part)}</p>' for part in line.split("\n"))
+    return (f'{lines}<table id="over-blind"><thead><tr><th>attack</th><th>AUC minus blind '
+            f"baseline, points [paired 95% CI]</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def models_section(view: RunView) -> str:

@@ -49,15 +49,45 @@ def attack_table(summary: Summary) -> Table:
     caption = f"percent; pooled over targets [95% CI: {interval_sentence(rotation)}]; n/m: " \
         "not measurable (below 1/non-members, or tied top scores exceed the FPR)" + (
         "; second line: mean ± std across targets" if rotation else "")
+    blind = summary.blind_baseline is not None
+    if blind:
+        caption += ("; AUC - blind: the attack's AUC minus the blind baseline's, percentage points "
+                    "[paired 95% CI]")
     table = Table(title=title, caption=caption, show_lines=rotation)
     table.add_column("attack")
     for key in TABLE_KEYS:
         table.add_column(key.replace("balanced_accuracy", "bal. acc"), justify="right")
+    if blind:
+        table.add_column("AUC - blind", justify="right")
     for label, attack in summary.attacks.items():
         marker = " *" if attack.caveats else ""
         table.add_row(escape(label) + marker,
-                      *(_cell(attack, key, rotation) for key in TABLE_KEYS))
+                      *(_cell(attack, key, rotation) for key in TABLE_KEYS),
+                      *([over_blind_cell(attack)] if blind else []))
     return table
+
+
+def over_blind_cell(attack: AttackRecord) -> str:
+    """The attack's AUC minus the blind baseline's, percent points [paired 95% CI]."""
+    difference = (attack.over_blind or {}).get("auc")
+    if difference is None:
+        return "-"
+    low, high = difference.ci
+    return f"{_percent(difference.value)} [{_percent(low)}, {_percent(high)}]"
+
+
+def blind_line(summary: Summary) -> str | None:
+    """The blind baseline (texts alone, no model) with its intervals, and its warning."""
+    blind = summary.blind_baseline
+    if blind is None:
+        return None
+    pooled = blind.pooled
+    low, high = pooled["auc_ci"]
+    tpr_low, tpr_high = pooled["tpr@1%_ci"]
+    line = (f"blind baseline (texts alone, no model): AUC {blind.auc:.3f} [{low:.3f}, "
+            f"{high:.3f}], TPR@1% {_percent(pooled['tpr@1%'])} [{_percent(tpr_low)}, "
+            f"{_percent(tpr_high)}] percent")
+    return line + ("" if blind.warning is None else f"\nWARNING {blind.warning}")
 
 
 def interval_sentence(rotation: bool) -> str:
@@ -105,6 +135,8 @@ def model_line(summary: Summary) -> str:
 def print_summary(summary: Summary, console: Console) -> None:
     console.print(attack_table(summary))
     for line in summary.caveat_lines():
+        console.print(line, markup=False, soft_wrap=True)
+    if (line := blind_line(summary)) is not None:
         console.print(line, markup=False, soft_wrap=True)
     if (line := strongest_line(summary)) is not None:
         console.print(line, markup=False)

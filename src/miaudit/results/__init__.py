@@ -191,6 +191,8 @@ class AttackRecord(Record):
     empirical_epsilon: EmpiricalEpsilon | None = None
     # other attack's label -> metric -> this minus that (paired bootstrap); absent before
     differences: dict[str, dict[str, Difference]] | None = None
+    # metric -> this attack minus the blind baseline (text with texts; paired bootstrap)
+    over_blind: dict[str, Difference] | None = None
 
     def measurable(self, key: str) -> bool:
         """False when no threshold reaches that FPR (``metrics.summarize``)."""
@@ -222,6 +224,21 @@ class AttackRecord(Record):
         return self.pooled.get("ci_method")
 
 
+class BlindBaseline(Record):
+    """The model-free classifier of members from the texts alone
+    (:mod:`miaudit.analysis.blind_baseline`): its pooled metrics (``metrics.summarize`` keys
+    with intervals), what it is, and the distribution-shift warning (None when its AUC
+    interval covers 0.5)."""
+
+    pooled: dict[str, MetricValue]
+    method: str
+    warning: str | None = None
+
+    @property
+    def auc(self) -> float:
+        return float(self.pooled["auc"])
+
+
 #: the metric that picks the strongest attack (terminal summary, HTML report, exposed samples)
 STRONGEST_KEY = "tpr@0.1%"
 
@@ -250,6 +267,7 @@ class Summary(Record):
     config: dict[str, Any]  # the resolved AuditConfig, or EXTERNAL_SOURCE's description
     timing: Timing | None = None
     reference_planner: dict[str, Any] | None = None  # reference_planner.plan_references
+    blind_baseline: BlindBaseline | None = None  # text outputs with their texts
 
     @model_validator(mode="after")
     def _layout_fields(self) -> Summary:

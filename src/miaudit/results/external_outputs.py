@@ -31,6 +31,7 @@ class ExternalOutputs:
     model_names: list[str]
     modality: str = "classes"  # "text": language models' per-token outputs (external_text)
     texts: list[str] | None = None
+    tokens: np.ndarray | None = None  # text: (N, 1 + T) ids, column 0 unused (external_text)
 
     @property
     def num_models(self) -> int:
@@ -51,7 +52,7 @@ class ExternalOutputs:
         extra = {} if population is None else {"population": np.asarray(population, np.int64)}
         return AttackInput(logits=self.logits, labels=self.labels, keep=self.keep,
                            query_names=list(self.query_names), modality=self.modality,
-                           texts=self.texts, **extra)
+                           texts=self.texts, tokens=self.tokens, **extra)
 
 
 def as_bool_keep(keep: np.ndarray, where: str) -> np.ndarray:

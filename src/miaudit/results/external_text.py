@@ -9,7 +9,10 @@ A bundle (``.npz`` or ``.safetensors``) with arrays
   log p(z | t_<j) over the model's next-token distribution (Min-K%++ needs them);
 - optional ``token_correct`` (M, N, T): 1 where the model's most likely next token was t_j
   (the next-token accuracy beside the leakage numbers);
-- optional ``texts`` (N,) strings (``.npz`` only; the zlib attack needs them).
+- optional ``texts`` (N,) strings (``.npz`` only; the zlib attack and the blind baseline
+  need them);
+- optional ``token_ids`` (N, T) integers: the id of each scored token, -1 where padded
+  (DC-PDD's token frequencies need them, with ``--population``).
 
 is turned into the layout the audit's query stage stores for ``causal_lm`` models (see
 :mod:`miaudit.queries.signals`), so every text attack reads it the same way.
@@ -84,7 +87,21 @@ def read_text_bundle(path: Path, *, balance: str = "warn",
     return ExternalOutputs(keep=keep, logits=packed, labels=np.zeros(keep.shape[1], np.int64),
                            query_names=["identity"],
                            model_names=[f"model{m}" for m in range(keep.shape[0])],
-                           modality="text", texts=_texts(arrays, keep.shape[1], where))
+                           modality="text", texts=_texts(arrays, keep.shape[1], where),
+                           tokens=_token_ids(arrays, log_p.shape[1:], where))
+
+
+def _token_ids(arrays: dict[str, Any], shape: tuple[int, ...], where: str) -> np.ndarray | None:
+    """(N, 1 + T) ids in the audit's layout (a first column for the begin-of-text token,
+    unused by the attacks), or None."""
+    if "token_ids" not in arrays:
+        return None
+    ids = np.asarray(arrays["token_ids"])
+    if ids.dtype.kind not in "iu" or ids.shape != shape or (ids < -1).any():
+        raise ExternalOutputsError(f"{where}: token_ids must be {shape} integers >= -1 (-1 "
+                                   f"where padded), got {ids.dtype} {ids.shape}")
+    return np.concatenate([np.full((shape[0], 1), -1, dtype=np.int64),
+                           ids.astype(np.int64)], axis=1)
 
 
 def _real(array: Any, name: str, where: str) -> np.ndarray:

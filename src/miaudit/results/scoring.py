@@ -25,10 +25,13 @@ from miaudit.stats import intervals, metrics
 def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
                   references: Callable[[int], np.ndarray], audited: np.ndarray,
                   folder: Path | None, privacy: Privacy | None = None,
-                  kept: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+                  kept: dict[str, np.ndarray] | None = None,
+                  blind: dict[str, Any] | None = None) -> dict[str, Any]:
     """{label: attack summary} for every attack spec; writes (targets x audited) scores of each
     attack into ``folder`` (None: no files) and into ``kept`` when given. ``privacy`` (claimed
-    epsilon, delta) adds empirical bounds."""
+    epsilon, delta) adds empirical bounds. ``blind`` (a dict, filled in) asks for the blind
+    baseline of text outputs with their texts (:mod:`miaudit.analysis.blind_baseline`): its
+    record, and each attack's advantage over it (``over_blind``)."""
     members = data.keep[targets][:, audited]
     labels = data.labels[audited]
     # one set of resamples for every attack: the simultaneous band needs them shared
@@ -56,6 +59,13 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
     # the report names the strongest attack by these metrics, each with a band over all attacks
     intervals.add_simultaneous_bands(attacks, replicates, metrics.HEADLINE_KEYS)
     intervals.add_paired_differences(attacks, replicates, metrics.HEADLINE_KEYS)
+    if blind is not None and data.modality == "text" and data.texts is not None:
+        from miaudit.analysis.blind_baseline import advantages, blind_baseline
+
+        texts = [data.texts[i] for i in audited]
+        record, blind_replicates = blind_baseline(texts, members, resamples)
+        advantages(attacks, replicates, record["pooled"], blind_replicates)
+        blind.update(record)
     return attacks
 
 
@@ -209,9 +219,11 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
     references = rotation_references(outputs.num_models)
     if out_dir is None:
         kept: dict[str, np.ndarray] = {}
-        attacks = score_attacks(data, specs, targets, references, audited, None, kept=kept)
+        blind: dict[str, Any] = {}
+        attacks = score_attacks(data, specs, targets, references, audited, None, kept=kept,
+                                blind=blind)
         summary = _outputs_summary(outputs, specs, name, "", "", targets, audited, population,
-                                   attacks)
+                                   attacks, blind)
         members = outputs.keep[targets][:, audited]
         return Results(run_dir=None, summary=Summary.model_validate(summary), memory_scores=kept,
                        memory_members=members)
@@ -225,11 +237,13 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
         run.claim(identity, {"scored": name, "attacks": specs})
         run.write_plan(outputs.keep, {"audited": audited, "population": population,
                                       "holdout": np.zeros(0, dtype=np.int64)})
+        blind = {}
         with run.new_scores() as folder:
-            attacks = score_attacks(data, specs, targets, references, audited, folder)
+            attacks = score_attacks(data, specs, targets, references, audited, folder,
+                                    blind=blind)
             scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
         summary = _outputs_summary(outputs, specs, name, str(run.root), scores_dir, targets,
-                                   audited, population, attacks)
+                                   audited, population, attacks, blind)
         results = publish(run, summary)
         render_plots(run.root, results.summary)
     return results
@@ -270,7 +284,8 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
 
 def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
                      scores_dir: str, targets: list[int], audited: np.ndarray,
-                     population: np.ndarray, attacks: dict[str, Any]) -> dict[str, Any]:
+                     population: np.ndarray, attacks: dict[str, Any],
+                     blind: dict[str, Any]) -> dict[str, Any]:
     """The results.json summary of scored outputs (the layout of an audit's)."""
     from miaudit.auditor.text_audit import text_model_stats
 
@@ -282,7 +297,7 @@ def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
         "queries": list(outputs.query_names), "scores_dir": scores_dir,
         "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
         if outputs.modality == "text" else external_accuracy(outputs, audited, targets),
-        "attacks": attacks,
+        "attacks": attacks, **({"blind_baseline": blind} if blind else {}),
         "config": {"source": EXTERNAL_SOURCE, "attacks": specs,
                    "models": list(outputs.model_names)},
     }

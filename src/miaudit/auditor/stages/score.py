@@ -30,13 +30,16 @@ from miaudit.results.scoring import accuracy_stats, score_attacks
 def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
     """(M, pool, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
     cfg, jobs = planned.cfg, planned.jobs
-    first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0])).numpy()
+    first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0], planned)).numpy()
+    # text outputs are stored as float16 (miaudit.auditor.stages.query.compact_text_outputs)
+    dtype = np.float16 if first.dtype == np.float16 else np.float32
     logits = np.empty((len(jobs), first.shape[0], len(cfg.queries), first.shape[1]),
-                      dtype=np.float32)
+                      dtype=dtype)
     for job in jobs:
         for column, spec in enumerate(cfg.queries):
             logits[job.index, :, column] = run.load_outputs(job.index,
-                                                            query_key(job, spec)).numpy()
+                                                            query_key(job, spec,
+                                                                      planned)).numpy()
     return logits
 
 
@@ -112,9 +115,10 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     targets = list(plan.targets)
     privacy = trained.privacy
     claim = Privacy.model_validate(privacy) if privacy else None  # empirical bounds need it
+    blind: dict[str, Any] = {}
     with run.new_scores() as folder:
         attacks = score_attacks(data, cfg.attacks, targets, plan.references,
-                                plan.split.audited, folder, claim)
+                                plan.split.audited, folder, claim, blind=blind)
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
@@ -135,6 +139,7 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         "scores_dir": scores_dir,
         "target_models": {**stats, **evaluated.robust},
         "attacks": attacks, **({"privacy": privacy} if privacy else {}),
+        **({"blind_baseline": blind} if blind else {}),
         **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
         "config": cfg.model_dump(mode="json"),
     }
