@@ -202,3 +202,29 @@ def test_all_iterates_config_is_checked():
         DPAuditConfig.model_validate({"planted_bug": "unclipped_layer"})
     cfg = DPAuditConfig.model_validate({"delta": 0.0})
     assert cfg.analysis_names() == ["steinke", "fdp"] and cfg.fdp_families() == ["dp"]
+
+
+def test_cli_all_iterates_writes_json_and_html(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["dp-audit", "--threat-model", "everything"])
+    assert bad.exit_code == 2 and "threat_model" in bad.output
+    bad = runner.invoke(app, ["dp-audit", "--threat-model", "all_iterates"])  # not dpsgd
+    assert bad.exit_code == 2 and "dpsgd" in bad.output
+    torch.set_num_threads(1)
+    out, page = tmp_path / "audit.json", tmp_path / "audit.html"
+    done = runner.invoke(app, [
+        "dp-audit", "--threat-model", "all_iterates", "--analysis", "gaussian", "--analysis",
+        "steinke", "--recipe", "dpsgd:noise_multiplier=1.0", "--model", "mlp:hidden=[16]",
+        "--epochs", "1", "--canaries", "100", "--output", str(out), "--html", str(page)])
+    assert done.exit_code == 0, done.output
+    report = json.loads(out.read_text())
+    assert list(report["analyses"]) == ["gaussian", "steinke"]
+    assert report["audit"] == report["analyses"]["gaussian"]  # the first is the headline
+    html = page.read_text()
+    assert "claimed vs audited" in html and "gaussian" in html and "steinke" in html
