@@ -75,14 +75,17 @@ def gdp_clt_epsilon(noise: float, q: float, steps: int) -> float:
     """eps at DELTA of mu = q sqrt(T (e^{1/z^2} - 1)), the CLT limit of the composed
     subsampled Gaussian (Dong, Roth & Su 2022, Cor. 5.4): what a Gaussian-model audit of this
     mechanism approaches with unlimited canaries."""
-    if noise == 0:
+    if noise < 0.1:  # e^{1/z^2} beyond any float's use: mu is astronomically large
         return math.inf
     mu = q * math.sqrt(steps * math.expm1(1 / noise ** 2))
     return accounting.gaussian_epsilon(mu, DELTA)
 
 
 def true_epsilon(noise: float, q: float, steps: int) -> float:
-    """What the PRV accountant says for the mechanism that was actually trained."""
+    """What the PRV accountant says for the mechanism that was actually trained (RDP where
+    PRV's discretization cannot cope: a noise multiplier near 0 needs terabytes)."""
+    if noise < 0.3:
+        return accounting.epsilon(noise, q, DELTA, steps=steps, accountant="rdp")
     return accounting.epsilon(noise, q, DELTA, steps=steps, accountant="prv")
 
 
@@ -116,10 +119,13 @@ def write_summary(results: dict[str, Any]) -> None:
         "input canaries, score = -loss. Each cell: audited eps lower bound (the most a perfect "
         "attack could prove with those canaries; 'inf' = no ceiling). 'GDP limit' = eps of the "
         "CLT mu of the trained mechanism (what a Gaussian-model audit approaches with "
-        "unlimited canaries). CPU s = training + every analysis, one thread.", "",
-        "| audit | claimed eps | true eps (PRV, as trained) | GDP limit | gaussian | fdp (GDP "
-        "family) | fdp ((eps, delta) family) | steinke | clopper_pearson | best / claimed "
-        "| verdict | test acc | CPU s |",
+        "unlimited canaries). CPU s = training + every analysis, one thread. Headline: the protocol's first "
+        "analysis (all_iterates: gaussian; final_model: steinke); every analysis is a 95% bound "
+        "on its own. true eps: PRV accountant for the noise actually applied (RDP for the "
+        "noise-over-batch bug, beyond PRV's range).", "",
+        "| audit | claimed eps | true eps (as trained) | GDP limit | gaussian | fdp (GDP "
+        "family) | fdp ((eps, delta) family) | steinke | clopper_pearson | headline / claimed "
+        "| contradicted (95%) by | test acc | CPU s |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, row in results.items():
         analyses = row["analyses"]
@@ -134,10 +140,14 @@ def write_summary(results: dict[str, Any]) -> None:
 
         fdp = analyses.get("fdp", {})
         other = fdp.get("epsilon_lower_dp_family")
-        best = max(a["epsilon_lower"] for a in analyses.values())
         claimed = row["claimed_epsilon"]
+        headline = next(iter(analyses.values()))["epsilon_lower"]  # the protocol's first
+        refuting = [name for name, a in analyses.items() if a["epsilon_lower"] > claimed]
         noise = row["config"]["train"]["recipe_options"].get("noise_multiplier")
         noise = row.get("noise_multiplier", noise)
+        target = row["config"]["train"]["recipe_options"].get("target_epsilon")
+        if noise is None and target is not None:  # final_model rows: the recipe's own solve
+            noise = accounting.noise_multiplier(target, DELTA, q, steps=steps)
         true = gdp = "-"
         if noise is not None:
             expected_batch = int(TRAIN_SIZE * q)  # Opacus: int(n q)
@@ -148,11 +158,11 @@ def write_summary(results: dict[str, Any]) -> None:
                 gdp = f"{gdp_clt_epsilon(effective, q, steps):.2f}"
             else:
                 true = gdp = "unbounded"
-        verdict = "**contradicted**" if best > claimed else "consistent"
         lines.append(
             f"| {name} | {claimed:.2f} | {true} | {gdp} | {cell('gaussian')} | {cell('fdp')} | "
             f"{'-' if other is None else f'{other:.2f}'} | {cell('steinke')} | "
-            f"{cell('clopper_pearson')} | {best / claimed:.2f} | {verdict} | "
+            f"{cell('clopper_pearson')} | {headline / claimed:.2f} | "
+            f"{', '.join(refuting) or 'none'} | "
             f"{100 * row['test_accuracy']:.1f}% | {row['cpu_seconds']:.0f} |")
     SUMMARY.write_text("\n".join(lines) + "\n")
 
