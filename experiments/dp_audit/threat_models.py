@@ -119,8 +119,8 @@ def write_summary(results: dict[str, Any]) -> None:
         "input canaries, score = -loss. Each cell: audited eps lower bound (the most a perfect "
         "attack could prove with those canaries; 'inf' = no ceiling). 'GDP limit' = eps of the "
         "CLT mu of the trained mechanism (what a Gaussian-model audit approaches with "
-        "unlimited canaries). CPU s = training + every analysis, one thread. Headline: the protocol's first "
-        "analysis (all_iterates: gaussian; final_model: steinke); every analysis is a 95% bound "
+        "unlimited canaries). CPU s = training + every analysis, one thread. Headline: the "
+        "protocol's first analysis (all_iterates: gaussian; final_model: steinke); every analysis is a 95% bound "
         "on its own. true eps: PRV accountant for the noise actually applied (RDP for the "
         "noise-over-batch bug, beyond PRV's range).", "",
         "| audit | claimed eps | true eps (as trained) | GDP limit | gaussian | fdp (GDP "
