@@ -121,8 +121,8 @@ def write_summary(results: dict[str, Any]) -> None:
         "CLT mu of the trained mechanism (what a Gaussian-model audit approaches with "
         "unlimited canaries). CPU s = training + every analysis, one thread. Headline: the "
         "protocol's first analysis (all_iterates: gaussian; final_model: steinke); every "
-        "analysis is a 95% bound on its own. true eps: PRV accountant for the noise actually applied (RDP for the "
-        "noise-over-batch bug, beyond PRV's range).", "",
+        "analysis is a 95% bound on its own. true eps: PRV accountant for the noise actually "
+        "applied (RDP for the noise-over-batch bug, beyond PRV's range).", "",
         "| audit | claimed eps | true eps (as trained) | GDP limit | gaussian | fdp (GDP "
         "family) | fdp ((eps, delta) family) | steinke | clopper_pearson | headline / claimed "
         "| contradicted (95%) by | test acc | CPU s |",
