@@ -228,3 +228,21 @@ def test_cli_all_iterates_writes_json_and_html(tmp_path):
     assert report["audit"] == report["analyses"]["gaussian"]  # the first is the headline
     html = page.read_text()
     assert "claimed vs audited" in html and "gaussian" in html and "steinke" in html
+
+
+def test_adversarial_canaries_are_crafted_in_range_and_audited():
+    from miaudit.privacy import canary
+
+    torch.set_num_threads(1)
+    cfg = canary.DPAuditConfig.model_validate({
+        "canaries": 32, "canary_kind": "adversarial", "reference_models": 1, "craft_steps": 5,
+        "model": {"name": "mlp", "options": {"hidden": [16]}}, "guesses": [[8, 8]],
+        "train": {"epochs": 15, "batch_size": 64, "lr": 0.1}})
+    setup = canary.prepare(cfg)
+    start = canary.make_canaries(setup.canaries.base_x, setup.canaries.base_y, 32, "ood", 10, 0)
+    crafted = setup.canaries
+    assert crafted.kind == "adversarial" and not torch.equal(crafted.x, start.x)
+    assert torch.equal(crafted.y, start.y)  # labels kept, inputs moved
+    assert float(crafted.x.min()) >= 0.0 and float(crafted.x.max()) <= 1.0
+    report = canary.one_run(setup).as_dict()
+    assert report["analyses"]["steinke"]["epsilon_lower"] > 0.2  # non-private: memorized

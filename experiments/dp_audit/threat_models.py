@@ -57,6 +57,13 @@ def audits() -> dict[str, dict[str, Any]]:
         table[f"all_iterates-eps{eps:g}"] = {**ITERATES, "train": dpsgd(target_epsilon=eps)}
     for eps in EPSILONS:
         table[f"final_model-eps{eps:g}"] = {**FINAL, "train": dpsgd(target_epsilon=eps)}
+    for eps in EPSILONS:  # stronger input canaries: 1,000 uniform-noise images, random labels
+        table[f"final_model_ood-eps{eps:g}"] = {**FINAL, "canaries": 1000, "canary_kind": "ood",
+                                                "train": dpsgd(target_epsilon=eps)}
+    for eps in EPSILONS:  # the same 1,000, crafted on 2 reference models (Yoon et al. 2024)
+        table[f"final_model_adv-eps{eps:g}"] = {
+            **FINAL, "canaries": 1000, "canary_kind": "adversarial", "reference_models": 2,
+            "train": dpsgd(target_epsilon=eps)}
     claim = {"target_epsilon": BUG_EPSILON}
     table["bug-noise_over_batch"] = {**ITERATES, "train": dpsgd(**claim),
                                      "planted_bug": "noise_over_batch"}
@@ -116,8 +123,10 @@ def write_summary(results: dict[str, Any]) -> None:
         "confidence, one training run per row. all_iterates: 5,000 Dirac coordinate gradient "
         "canaries (gradient 4 C), each in with probability 1/2, statistic = per-canary "
         "log-likelihood ratio of its per-step privatized update; final_model: 256 mislabelled "
-        "input canaries, score = -loss. Each cell: audited eps lower bound (the most a perfect "
-        "attack could prove with those canaries; 'inf' = no ceiling). 'GDP limit' = eps of the "
+        "input canaries (final_model_ood: 1,000 uniform-noise images with random labels; "
+        "final_model_adv: those 1,000 after 50 signed-gradient steps raising their loss on 2 "
+        "reference DP-SGD models trained without canaries), score = -loss. Each cell: audited "
+        "eps lower bound (the most a perfect attack could prove with those canaries; 'inf' = no ceiling). 'GDP limit' = eps of the "
         "CLT mu of the trained mechanism (what a Gaussian-model audit approaches with "
         "unlimited canaries). CPU s = training + every analysis, one thread. Headline: the "
         "protocol's first analysis (all_iterates: gaussian; final_model: steinke); every "

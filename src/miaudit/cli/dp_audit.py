@@ -86,7 +86,7 @@ def audit_command(
         optimizer: Annotated[str, typer.Option(help="sgd | adam | adamw")] = "sgd",
         weight_decay: Annotated[float, typer.Option(help="weight decay")] = 0.0,
         canaries: Annotated[int, typer.Option(help="number of canaries m (one run)")] = 256,
-        canary_kind: Annotated[str, typer.Option(help="natural | mislabelled | ood")]
+        canary_kind: Annotated[str, typer.Option(help="natural | mislabelled | ood | adversarial")]
         = "mislabelled",
         runs: Annotated[int, typer.Option(help="0: one-run audit; R >= 2: R runs with the "
                                           "canary and R without")] = 0,

@@ -9,7 +9,9 @@ A canary is a training sample whose membership the auditor controls and then tri
 - ``ood``: crafted out-of-distribution inputs, i.i.d. uniform-noise images with random labels
   (Jagielski et al. 2020 and Nasr et al. 2021 show such inputs are far easier to detect than
   natural ones, so they bring an empirical bound much closer to the worst case the DP
-  guarantee covers).
+  guarantee covers);
+- ``adversarial``: ``ood`` inputs whose loss at their label is then raised on reference models
+  trained without canaries (:func:`craft_adversarial`, after Yoon, Jeung & No 2024).
 
 Two protocols (the bounds are in :mod:`miaudit.privacy.auditing`):
 
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,8 +59,8 @@ from miaudit.privacy import auditing, fdp_audit, gaussian_audit
 from miaudit.registry import DATASETS
 from miaudit.training import TrainEnv
 
-CANARY_KINDS = ("natural", "mislabelled", "ood")
-CanaryKind = Literal["natural", "mislabelled", "ood"]
+CANARY_KINDS = ("natural", "mislabelled", "ood", "adversarial")
+CanaryKind = Literal["natural", "mislabelled", "ood", "adversarial"]
 THREAT_MODELS = ("final_model", "all_iterates")
 ANALYSES = ("steinke", "fdp", "gaussian", "clopper_pearson")
 Analysis = Literal["steinke", "fdp", "gaussian", "clopper_pearson"]
@@ -96,6 +98,10 @@ class DPAuditConfig(BaseModel):
     gradient_canary: Literal["coordinate", "direction"] = "coordinate"  # all_iterates
     gradient_canary_norm: float = Field(default=1.0, gt=0)  # inserted norm / clipping norm
     fdp_family: Literal["gdp", "dp"] = "gdp"  # trade-off family of the f-DP analysis
+    # adversarial canaries (final_model): crafted on this many reference models
+    reference_models: int = Field(default=2, ge=1)
+    craft_steps: int = Field(default=50, ge=1)
+    craft_step_size: float = Field(default=0.02, gt=0)  # a fraction of the data's range
     # audit demonstrations only: a bug planted in DP-SGD (recipes.gradient_canaries)
     planted_bug: Literal["noise_over_batch", "unclipped_layer"] | None = None
 
@@ -194,7 +200,7 @@ def make_canaries(x: torch.Tensor, y: torch.Tensor, count: int, kind: str, num_c
     if kind not in CANARY_KINDS:
         raise ValueError(f"canary kind must be one of {', '.join(CANARY_KINDS)}; got {kind!r}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xCA7A]))
-    if kind == "ood":
+    if kind in ("ood", "adversarial"):  # adversarial ones are crafted from these (prepare)
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
         cx = torch.rand((count, *x.shape[1:]), generator=generator, dtype=x.dtype)
         cy = torch.from_numpy(rng.integers(num_classes, size=count)).long()
@@ -269,7 +275,39 @@ def prepare(cfg: DPAuditConfig) -> Setup:
         raise ValueError(f"recipe {cfg.train.recipe!r} needs validation data, which the DP "
                          "audit harness does not provide")
     recipe.architecture(_architecture(setup))
+    if cfg.canary_kind == "adversarial" and cfg.threat_model == "final_model":
+        setup.canaries = craft_adversarial(setup)
     return setup
+
+
+def craft_adversarial(setup: Setup) -> Canaries:
+    """Input-space canaries crafted on reference models, after Yoon, Jeung & No 2024 ("tighter
+    privacy auditing in final model-only scenarios"): from uniform-noise inputs with random
+    labels, ``craft_steps`` signed-gradient steps *raise* each canary's loss at its label on
+    ``reference_models`` models trained (with the audited recipe) on the base data without any
+    canary, projected to the data's range. A canary the model gets most wrong when it is out
+    is one whose inclusion moves its loss most. A simplification: Yoon et al. optimise the
+    in/out loss gap, which needs models trained with each canary. The reference models use
+    seeds the audited run never uses, and the canaries' coins are drawn after crafting from
+    their own seed stream, so the audit's statistics are unaffected."""
+    cfg, canaries = setup.cfg, setup.canaries
+    models = []
+    for index in range(cfg.reference_models):
+        seed = cfg.seed + 7919 * (index + 1)
+        torch.manual_seed(seed)
+        model, _ = _recipe(cfg).train(_architecture(setup), canaries.base_x, canaries.base_y,
+                                      cfg.train.params(), TrainEnv(device=setup.device,
+                                                                   seed=seed))
+        model.eval().requires_grad_(False)
+        models.append(model)
+    low, high = float(canaries.base_x.min()), float(canaries.base_x.max())
+    x, y = canaries.x.clone().to(setup.device), canaries.y.to(setup.device)
+    for _ in range(cfg.craft_steps):
+        x.requires_grad_(True)
+        loss = sum(F.cross_entropy(model(x), y, reduction="sum") for model in models)
+        (gradient,) = torch.autograd.grad(loss, x)
+        x = (x.detach() + cfg.craft_step_size * (high - low) * gradient.sign()).clamp(low, high)
+    return replace(canaries, x=x.detach().cpu(), kind="adversarial")
 
 
 def _recipe(cfg: DPAuditConfig) -> Any:
