@@ -246,3 +246,29 @@ def test_adversarial_canaries_are_crafted_in_range_and_audited():
     assert float(crafted.x.min()) >= 0.0 and float(crafted.x.max()) <= 1.0
     report = canary.one_run(setup).as_dict()
     assert report["analyses"]["steinke"]["epsilon_lower"] > 0.2  # non-private: memorized
+
+
+def test_unclipped_layer_bug_skips_clipping_on_the_first_tensor_only():
+    from opacus.optimizers import DPOptimizer
+
+    from miaudit.recipes.gradient_canaries import plant_bug
+
+    def optimizer(layer):
+        return DPOptimizer(torch.optim.SGD(layer.parameters(), lr=0.1), noise_multiplier=0.0,
+                           max_grad_norm=1.0, expected_batch_size=2)
+
+    rows = {"weight": torch.tensor([[[3.0, 4.0]], [[0.3, 0.4]]]),
+            "bias": torch.tensor([[0.0], [0.0]])}
+    sums = {}
+    for bug in (None, "unclipped_layer"):
+        layer = torch.nn.Linear(2, 1)
+        opt = optimizer(layer)
+        for name, p in layer.named_parameters():
+            p.grad_sample = rows[name].clone()
+        if bug:
+            plant_bug(opt, bug)
+        opt.clip_and_accumulate()
+        sums[bug] = layer.weight.summed_grad.clone()
+    # clipped: row 1 (norm 5) to norm 1, row 2 (norm 0.5) kept: (0.6 + 0.3, 0.8 + 0.4)
+    torch.testing.assert_close(sums[None], torch.tensor([[0.9, 1.2]]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(sums["unclipped_layer"], torch.tensor([[3.3, 4.4]]))
