@@ -49,8 +49,9 @@ app.command("config")(show_config)
 for _command, (_registry, _title) in LISTINGS.items():
     app.command(_command)(listing_command(_registry, _title))
 app.command()(devices)
-app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (Steinke et al. 2023 "
-            "one run, or Jagielski et al. 2020 with R runs).")(audit_command)
+app.command("dp-audit", help="Canary-based empirical epsilon lower bounds: threat models "
+            "final_model | all_iterates; analyses fdp, gaussian, steinke, "
+            "clopper_pearson.")(audit_command)
 app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")
 app.command()(compare)
 app.command("dataset-inference", help="Was a collection of texts trained on? (Maini et al. "

@@ -29,7 +29,9 @@ def build_config(*, dataset: str, model: str, width: float, recipe: str, epochs:
                  batch_size: int, lr: float, optimizer: str, weight_decay: float, canaries: int,
                  canary_kind: str, runs: int, guesses: list[str] | None, selection: str,
                  confidence: float, delta: float, claimed_epsilon: float | None, seed: int,
-                 device: str) -> Any:
+                 device: str, threat_model: str = "final_model",
+                 analysis: list[str] | None = None, gradient_canary: str = "coordinate",
+                 gradient_canary_norm: float = 1.0, fdp_family: str = "gdp") -> Any:
     """The validated :class:`~miaudit.dp_audit.canary.DPAuditConfig` of the command's options
     (raises ``ValidationError`` naming the bad field, before anything is trained)."""
     from miaudit.dp_audit.canary import DPAuditConfig
@@ -55,7 +57,10 @@ def build_config(*, dataset: str, model: str, width: float, recipe: str, epochs:
                   "weight_decay": weight_decay},
         "canaries": canaries, "canary_kind": canary_kind, "runs": runs,
         "guesses": pairs or None, "selection": selection, "confidence": confidence,
-        "delta": delta, "claimed_epsilon": claimed_epsilon, "device": device})
+        "delta": delta, "claimed_epsilon": claimed_epsilon, "device": device,
+        "threat_model": threat_model, "analyses": analysis or None,
+        "gradient_canary": gradient_canary, "gradient_canary_norm": gradient_canary_norm,
+        "fdp_family": fdp_family})
 
 
 def load_dp_config(path: Path) -> Any:
@@ -97,7 +102,7 @@ def audit_command(
         optimizer: Annotated[str, typer.Option(help="sgd | adam | adamw")] = "sgd",
         weight_decay: Annotated[float, typer.Option(help="weight decay")] = 0.0,
         canaries: Annotated[int, typer.Option(help="number of canaries m (one run)")] = 256,
-        canary_kind: Annotated[str, typer.Option(help="natural | mislabelled | ood")]
+        canary_kind: Annotated[str, typer.Option(help="natural | mislabelled | ood | adversarial")]
         = "mislabelled",
         runs: Annotated[int, typer.Option(help="0: one-run audit; R >= 2: R runs with the "
                                           "canary and R without")] = 0,
@@ -112,15 +117,30 @@ def audit_command(
         claimed_epsilon: Annotated[float | None, typer.Option(
             help="a claim to compare with when the recipe records none")] = None,
         seed: Annotated[int, typer.Option(help="seed (canaries, inclusion, training)")] = 0,
+        threat_model: Annotated[str, typer.Option(
+            help="final_model (the released model only) | all_iterates (every privatized "
+            "DP-SGD update, Dirac gradient canaries)")] = "final_model",
+        analysis: Annotated[list[str] | None, typer.Option(
+            help="fdp | gaussian | steinke | clopper_pearson (repeatable; default: all that "
+            "apply; the first is the headline)")] = None,
+        gradient_canary: Annotated[str, typer.Option(
+            help="all_iterates: coordinate | direction")] = "coordinate",
+        gradient_canary_norm: Annotated[float, typer.Option(
+            help="all_iterates: inserted gradient norm in clipping norms")] = 1.0,
+        fdp_family: Annotated[str, typer.Option(
+            help="trade-off family of the fdp analysis: gdp | dp")] = "gdp",
         device: Annotated[str, typer.Option(help="cpu | cuda[:i]")] = "cpu",
         output: Annotated[Path | None, typer.Option("--output", "-o",
                                                     help="write the report as JSON")] = None,
+        html: Annotated[Path | None, typer.Option(
+            "--html", help="write the HTML report (claimed vs audited per analysis)")] = None,
         config: Annotated[Path | None, typer.Option(
             "--config", "-c", help="a YAML file with the DPAuditConfig section (then the "
             "flags above are not used)")] = None,
 ) -> None:
-    """Lower-bound epsilon empirically with canaries (Steinke et al. 2023 one-run audit, or
-    Jagielski et al. 2020 with R runs) and print it beside the claimed epsilon."""
+    """Lower-bound epsilon empirically with canaries and print every analysis (Steinke et al.
+    2023, f-DP one run, Gaussian-DP, Clopper-Pearson) beside the claimed epsilon; threat model
+    final_model (input canaries) or all_iterates (DP-SGD gradient canaries)."""
     from miaudit.dp_audit.canary import run_dp_audit
 
     cfg = load_dp_config(config) if config is not None else build_config(
@@ -128,16 +148,32 @@ def audit_command(
         batch_size=batch_size, lr=lr, optimizer=optimizer, weight_decay=weight_decay,
         canaries=canaries, canary_kind=canary_kind, runs=runs, guesses=guesses,
         selection=selection, confidence=confidence, delta=delta,
-        claimed_epsilon=claimed_epsilon, seed=seed, device=device)
+        claimed_epsilon=claimed_epsilon, seed=seed, device=device, threat_model=threat_model,
+        analysis=analysis, gradient_canary=gradient_canary,
+        gradient_canary_norm=gradient_canary_norm, fdp_family=fdp_family)
     report = run_dp_audit(cfg)  # checks data, model and recipe before training
     data = report.as_dict()
-    table = Table(title=f"DP audit ({data['mode'].replace('_', '-')}, {cfg.canary_kind} "
-                        f"canaries, delta = {cfg.delta:g}, {100 * cfg.confidence:g}% confidence)")
-    for column in ("claimed eps", "audited eps >=", "max provable", "verdict", "test acc"):
-        table.add_column(column, justify="right")
-    claimed = "none" if data["claimed_epsilon"] is None else f"{data['claimed_epsilon']:.3f}"
-    table.add_row(claimed, f"{data['epsilon_lower']:.3f}", f"{data['max_provable']:.3f}",
-                  data["verdict"] or "-", f"{100 * data['test_accuracy']:.1f}%")
+    canaries_text = "Dirac gradient" if cfg.threat_model == "all_iterates" else cfg.canary_kind
+    table = Table(title=f"DP audit ({data['mode'].replace('_', '-')}, {cfg.canaries} "
+                        f"{canaries_text} canaries, delta = {cfg.delta:g}, "
+                        f"{100 * cfg.confidence:g}% confidence)")
+    for column in ("analysis", "claimed eps", "audited eps >=", "max provable", "verdict",
+                   "CPU s"):
+        table.add_column(column, justify="left" if column == "analysis" else "right")
+    claimed = data["claimed_epsilon"]
+    for name, audit in data["analyses"].items():
+        bound = audit["epsilon_lower"]
+        verdict = "-" if claimed is None else (
+            "contradicted" if bound > claimed else "consistent")
+        ceiling = audit.get("max_provable")
+        table.add_row(name, "none" if claimed is None else f"{claimed:.3f}", f"{bound:.3f}",
+                      "no ceiling" if ceiling is None else f"{ceiling:.3f}", verdict,
+                      f"{audit['cpu_seconds']:.2f}")
     console.print(table)
+    console.print(f"test accuracy {100 * data['test_accuracy']:.1f}%")
     if output is not None:
         console.print(f"wrote {report.write(output)}")
+    if html is not None:
+        from miaudit.reporting.dp_audit_html import write_dp_audit_html
+
+        console.print(f"wrote {write_dp_audit_html(data, html)}")

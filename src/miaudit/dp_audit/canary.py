@@ -9,7 +9,9 @@ A canary is a training sample whose membership the auditor controls and then tri
 - ``ood``: crafted out-of-distribution inputs, i.i.d. uniform-noise images with random labels
   (Jagielski et al. 2020 and Nasr et al. 2021 show such inputs are far easier to detect than
   natural ones, so they bring an empirical bound much closer to the worst case the DP
-  guarantee covers).
+  guarantee covers);
+- ``adversarial``: ``ood`` inputs whose loss at their label is then raised on reference models
+  trained without canaries (:func:`craft_adversarial`, after Yoon, Jeung & No 2024).
 
 Two protocols (the bounds are in :mod:`miaudit.privacy.auditing`):
 
@@ -17,6 +19,20 @@ Two protocols (the bounds are in :mod:`miaudit.privacy.auditing`):
   probability 1/2 (seeded), one model trained on the base set plus the included canaries;
 - multi-run (``runs = R``, Jagielski et al. 2020): one canary; R models trained with it and R
   without (seeds differ, the base set is the same).
+
+Two threat models (``threat_model``):
+
+- ``final_model`` (default): the auditor sees the released model only; input-space canaries
+  above, scored by their loss;
+- ``all_iterates`` (Nasr et al. 2023, Sec. 4; dpsgd only): the auditor sees every privatized
+  update; m Dirac gradient canaries (:mod:`miaudit.recipes.gradient_canaries`) each in with
+  probability 1/2, one run; each canary's statistic is the log-likelihood ratio of its per-step
+  observations (:func:`miaudit.privacy.gaussian_audit.subsampled_gaussian_llr`).
+
+Analyses (``analyses``; each a (1 - beta)-confidence lower bound, see its module): ``steinke``
+and ``fdp`` (one run; :mod:`auditing`, :mod:`fdp_audit`), ``gaussian`` (the Gaussian-DP
+estimate, :mod:`gaussian_audit`) and ``clopper_pearson`` (R runs, or the m independent
+gradient canaries of an all-iterates run as m trials).
 
 The signal is the canary's negative cross-entropy loss at its (possibly flipped) label, from one
 forward pass of the released model in eval mode (SDENet keeps its noise on in eval mode).
@@ -27,7 +43,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,12 +57,19 @@ from miaudit._runtime.machine import work_limit
 from miaudit.config import DataConfig, ModelConfig, TrainConfig
 from miaudit.data import Pool
 from miaudit.errors import ConfigError
-from miaudit.privacy import auditing
+from miaudit.privacy import auditing, fdp_audit, gaussian_audit
 from miaudit.registry import DATASETS
 from miaudit.training import TrainEnv
 
-CANARY_KINDS = ("natural", "mislabelled", "ood")
-CanaryKind = Literal["natural", "mislabelled", "ood"]
+CANARY_KINDS = ("natural", "mislabelled", "ood", "adversarial")
+CanaryKind = Literal["natural", "mislabelled", "ood", "adversarial"]
+THREAT_MODELS = ("final_model", "all_iterates")
+ANALYSES = ("steinke", "fdp", "gaussian", "clopper_pearson")
+Analysis = Literal["steinke", "fdp", "gaussian", "clopper_pearson"]
+#: the analyses each protocol supports, in the order reported (the first is the headline)
+SUPPORTED = {"one_run": ("steinke", "fdp", "gaussian"),
+             "multi_run": ("clopper_pearson", "gaussian"),
+             "all_iterates": ("gaussian", "fdp", "steinke", "clopper_pearson")}
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -68,9 +91,21 @@ class DPAuditConfig(BaseModel):
     selection: Literal["split", "bonferroni"] = "split"  # multi-run threshold selection
     confidence: float = Field(default=0.95, gt=0, lt=1)
     delta: float = Field(default=1e-5, ge=0, lt=1)
-    # a claimed epsilon to print beside the bound when the recipe records none (e.g. NSDE's)
+    # the claim audited: if given it is used (e.g. an epsilon stated elsewhere, NSDE's theorem,
+    # a claim from a mis-configured accountant); otherwise the recipe's accountant's epsilon
     claimed_epsilon: float | None = Field(default=None, ge=0)
     device: str = "cpu"
+    threat_model: Literal["final_model", "all_iterates"] = "final_model"
+    analyses: list[Analysis] | None = None  # default: every analysis the protocol supports
+    gradient_canary: Literal["coordinate", "direction"] = "coordinate"  # all_iterates
+    gradient_canary_norm: float = Field(default=1.0, gt=0)  # inserted norm / clipping norm
+    fdp_family: Literal["gdp", "dp"] = "gdp"  # trade-off family of the f-DP analysis
+    # adversarial canaries (final_model): crafted on this many reference models
+    reference_models: int = Field(default=2, ge=1)
+    craft_steps: int = Field(default=50, ge=1)
+    craft_step_size: float = Field(default=0.02, gt=0)  # a fraction of the data's range
+    # audit demonstrations only: a bug planted in DP-SGD (recipes.gradient_canaries)
+    planted_bug: Literal["noise_over_batch", "unclipped_layer"] | None = None
 
     @field_validator("runs")
     @classmethod
@@ -112,7 +147,42 @@ class DPAuditConfig(BaseModel):
                              "raise the bound with MIAUDIT_MAX_DP_AUDIT_EPOCHS")
         if self.runs and self.selection == "split" and self.runs < 2:
             raise ConfigError("selection 'split' needs runs >= 2")
+        if self.threat_model == "all_iterates":
+            if self.train.recipe != "dpsgd":
+                raise ValueError("threat_model all_iterates observes DP-SGD's privatized "
+                                 f"updates: it needs recipe dpsgd, not {self.train.recipe!r}")
+            if self.runs:
+                raise ValueError("threat_model all_iterates is a one-run audit (its m gradient "
+                                 "canaries are independent trials): set runs 0")
+        elif self.planted_bug is not None:
+            raise ValueError("planted_bug is inserted by the all_iterates hook: set "
+                             "threat_model all_iterates")
+        if self.delta == 0 and "gaussian" in (self.analyses or ()):
+            raise ValueError("the gaussian analysis converts mu to eps at delta > 0 (at delta "
+                             "= 0 a Gaussian curve has eps = inf): set delta > 0")
+        unsupported = sorted(set(self.analyses or ()) - set(SUPPORTED[self.protocol]))
+        if unsupported:
+            raise ValueError(f"analyses {', '.join(unsupported)} do not apply to the "
+                             f"{self.protocol.replace('_', '-')} protocol (it supports "
+                             f"{', '.join(SUPPORTED[self.protocol])})")
         return self
+
+    @property
+    def protocol(self) -> str:
+        if self.threat_model == "all_iterates":
+            return "all_iterates"
+        return "multi_run" if self.runs else "one_run"
+
+    def analysis_names(self) -> list[str]:
+        names = self.analyses or [name for name in SUPPORTED[self.protocol]
+                                  if self.delta > 0 or name != "gaussian"]
+        return list(dict.fromkeys(names))
+
+    def fdp_families(self) -> list[str]:
+        """The f-DP analysis's family first, the other one beside it (GDP needs delta > 0)."""
+        if self.delta == 0:
+            return ["dp"]
+        return [self.fdp_family, "dp" if self.fdp_family == "gdp" else "gdp"]
 
     def recipe_options(self) -> dict[str, Any]:
         """The recipe's options, with the audit's delta for dpsgd (one delta throughout)."""
@@ -150,7 +220,7 @@ def make_canaries(x: torch.Tensor, y: torch.Tensor, count: int, kind: str, num_c
     if kind not in CANARY_KINDS:
         raise ConfigError(f"canary kind must be one of {', '.join(CANARY_KINDS)}; got {kind!r}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xCA7A]))
-    if kind == "ood":
+    if kind in ("ood", "adversarial"):  # adversarial ones are crafted from these (prepare)
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
         cx = torch.rand((count, *x.shape[1:]), generator=generator, dtype=x.dtype)
         cy = torch.from_numpy(rng.integers(num_classes, size=count)).long()
@@ -177,6 +247,8 @@ def canary_scores(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                   device: torch.device, batch_size: int = 512) -> np.ndarray:
     """Negative cross-entropy of each canary at its label (higher = "member")."""
     model.eval()
+    if not len(y):
+        return np.zeros(0)
     losses = [F.cross_entropy(model(x[i:i + batch_size].to(device)),
                               y[i:i + batch_size].to(device), reduction="none").cpu()
               for i in range(0, len(y), batch_size)]
@@ -210,8 +282,12 @@ def prepare(cfg: DPAuditConfig) -> Setup:
     is checked before any training starts."""
     splits = DATASETS.create(cfg.data.name, {"data_dir": cfg.data.data_dir, **cfg.data.options},
                              where=f"data set {cfg.data.name!r}")
-    canaries = make_canaries(splits.x_train, splits.y_train, cfg.canaries, cfg.canary_kind,
-                             splits.num_classes, cfg.seed)
+    if cfg.threat_model == "all_iterates":  # gradient canaries: the data stay whole
+        canaries = Canaries(splits.x_train[:0], splits.y_train[:0], "gradient", splits.x_train,
+                            splits.y_train, np.zeros(0, dtype=int))
+    else:
+        canaries = make_canaries(splits.x_train, splits.y_train, cfg.canaries, cfg.canary_kind,
+                                 splits.num_classes, cfg.seed)
     pool = Pool(splits.x_train, splits.y_train, splits.num_classes, list(splits.class_names))
     setup = Setup(cfg, canaries, splits.x_test, splits.y_test, pool, torch.device(cfg.device))
     recipe = _recipe(cfg)
@@ -219,7 +295,39 @@ def prepare(cfg: DPAuditConfig) -> Setup:
         raise ConfigError(f"recipe {cfg.train.recipe!r} needs validation data, which the DP "
                          "audit harness does not provide")
     recipe.architecture(_architecture(setup))
+    if cfg.canary_kind == "adversarial" and cfg.threat_model == "final_model":
+        setup.canaries = craft_adversarial(setup)
     return setup
+
+
+def craft_adversarial(setup: Setup) -> Canaries:
+    """Input-space canaries crafted on reference models, after Yoon, Jeung & No 2024 ("tighter
+    privacy auditing in final model-only scenarios"): from uniform-noise inputs with random
+    labels, ``craft_steps`` signed-gradient steps *raise* each canary's loss at its label on
+    ``reference_models`` models trained (with the audited recipe) on the base data without any
+    canary, projected to the data's range. A canary the model gets most wrong when it is out
+    is one whose inclusion moves its loss most. A simplification: Yoon et al. optimise the
+    in/out loss gap, which needs models trained with each canary. The reference models use
+    seeds the audited run never uses, and the canaries' coins are drawn after crafting from
+    their own seed stream, so the audit's statistics are unaffected."""
+    cfg, canaries = setup.cfg, setup.canaries
+    models = []
+    for index in range(cfg.reference_models):
+        seed = cfg.seed + 7919 * (index + 1)
+        torch.manual_seed(seed)
+        model, _ = _recipe(cfg).train(_architecture(setup), canaries.base_x, canaries.base_y,
+                                      cfg.train.params(), TrainEnv(device=setup.device,
+                                                                   seed=seed))
+        model.eval().requires_grad_(False)
+        models.append(model)
+    low, high = float(canaries.base_x.min()), float(canaries.base_x.max())
+    x, y = canaries.x.clone().to(setup.device), canaries.y.to(setup.device)
+    for _ in range(cfg.craft_steps):
+        x.requires_grad_(True)
+        loss = sum(F.cross_entropy(model(x), y, reduction="sum") for model in models)
+        (gradient,) = torch.autograd.grad(loss, x)
+        x = (x.detach() + cfg.craft_step_size * (high - low) * gradient.sign()).clamp(low, high)
+    return replace(canaries, x=x.detach().cpu(), kind="adversarial")
 
 
 def _recipe(cfg: DPAuditConfig) -> Any:
@@ -243,11 +351,15 @@ class RunResult:
 
 
 def train_and_score(setup: Setup, x: torch.Tensor, y: torch.Tensor, seed: int,
-                    score_x: torch.Tensor, score_y: torch.Tensor) -> RunResult:
-    """Train one model on (x, y) with the configured recipe and score (score_x, score_y)."""
+                    score_x: torch.Tensor, score_y: torch.Tensor,
+                    observer: Any = None) -> RunResult:
+    """Train one model on (x, y) with the configured recipe and score (score_x, score_y);
+    ``observer`` (all_iterates) is handed the private optimizer by the dpsgd recipe."""
     started = time.perf_counter()
     torch.manual_seed(seed)
     recipe = _recipe(setup.cfg)
+    if observer is not None:
+        recipe.observer = observer
     model = _architecture(setup)
     env = TrainEnv(device=setup.device, seed=seed)
     model, log = recipe.train(model, x, y, setup.cfg.train.params(), env)
@@ -264,7 +376,7 @@ def train_and_score(setup: Setup, x: torch.Tensor, y: torch.Tensor, seed: int,
 class DPAuditReport:
     """Everything one audit produced (JSON-able through :meth:`as_dict`)."""
 
-    mode: str  # "one_run" | "multi_run"
+    mode: str  # "one_run" | "multi_run" | "all_iterates"
     audit: dict[str, Any]
     claimed_epsilon: float | None
     claimed_source: str | None
@@ -299,11 +411,62 @@ class DPAuditReport:
 
 
 def _claim(cfg: DPAuditConfig, recorded: list[float | None]) -> tuple[float | None, str | None]:
-    if all(value is not None for value in recorded) and recorded:
-        return max(v for v in recorded if v is not None), f"{cfg.train.recipe} accountant"
     if cfg.claimed_epsilon is not None:
         return cfg.claimed_epsilon, "config (claimed_epsilon)"
+    if all(value is not None for value in recorded) and recorded:
+        return max(v for v in recorded if v is not None), f"{cfg.train.recipe} accountant"
     return None, None
+
+
+def _timed(compute: Any) -> tuple[dict[str, Any], float]:
+    started = time.process_time()
+    result = compute()
+    return result, time.process_time() - started
+
+
+def _one_run_analysis(name: str, cfg: DPAuditConfig, scores: np.ndarray,
+                      included: np.ndarray) -> dict[str, Any]:
+    """One analysis of m canaries' scores (higher = "in") and their coins: its bound, what a
+    perfect attack could prove with the same canaries, and the CPU seconds it took."""
+    grid, m = cfg.guess_grid(), scores.size
+    if name == "steinke":
+        audit = auditing.one_run_audit(scores, included, grid, cfg.delta, cfg.confidence)
+        best = auditing.max_one_run_epsilon(grid, cfg.delta, cfg.confidence, m)
+        return {**audit.as_dict(), "max_provable": best}
+    if name == "fdp":
+        family, *others = cfg.fdp_families()
+        audit = fdp_audit.fdp_one_run_audit(scores, included, grid, cfg.delta, cfg.confidence,
+                                            family)
+        extra = {f"epsilon_lower_{other}_family": fdp_audit.fdp_one_run_audit(
+            scores, included, grid, cfg.delta, cfg.confidence, other).epsilon_lower
+            for other in others}
+        best = fdp_audit.max_fdp_epsilon(m, grid, cfg.delta, cfg.confidence, family)
+        return {**audit.as_dict(), **extra, "max_provable": best}
+    if name == "gaussian":
+        audit = gaussian_audit.one_run_gaussian_audit(scores, included, cfg.delta,
+                                                      cfg.confidence)
+        return {**audit.as_dict(), "max_provable": None}  # unbounded: mu_hat can grow freely
+    if name == "clopper_pearson":  # the m canaries as independent trials (all_iterates)
+        audit = auditing.multi_run_audit(scores[included], scores[~included], cfg.delta,
+                                         cfg.confidence, cfg.selection, cfg.seed)
+        best = auditing.max_multi_run_epsilon(int(included.sum()), int((~included).sum()),
+                                              cfg.delta, cfg.confidence, cfg.selection)
+        return {**audit.as_dict(), "max_provable": best}
+    raise ValueError(f"unknown analysis {name!r}")
+
+
+def analyse_one_run(cfg: DPAuditConfig, scores: np.ndarray,
+                    included: np.ndarray) -> dict[str, dict[str, Any]]:
+    """Every configured analysis of one run's canary scores, with its CPU seconds."""
+    results = {}
+    for name in cfg.analysis_names():
+        result, seconds = _timed(lambda n=name: _one_run_analysis(n, cfg, scores, included))
+        results[name] = {**result, "cpu_seconds": round(seconds, 4)}
+    return results
+
+
+def _headline(analyses: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return next(iter(analyses.values()))
 
 
 def one_run(setup: Setup) -> DPAuditReport:
@@ -313,15 +476,42 @@ def one_run(setup: Setup) -> DPAuditReport:
     x = torch.cat([canaries.base_x, canaries.x[torch.from_numpy(included)]])
     y = torch.cat([canaries.base_y, canaries.y[torch.from_numpy(included)]])
     result = train_and_score(setup, x, y, cfg.seed, canaries.x, canaries.y)
-    audit = auditing.one_run_audit(result.scores, included, cfg.guess_grid(), cfg.delta,
-                                   cfg.confidence)
+    analyses = analyse_one_run(cfg, result.scores, included)
+    headline = _headline(analyses)
     claimed, source = _claim(cfg, [result.claimed_epsilon])
     return DPAuditReport(
-        "one_run", audit.as_dict(), claimed, source, result.test_accuracy, 0.0, result.seconds,
+        "one_run", headline, claimed, source, result.test_accuracy, 0.0, result.seconds,
         cfg.model_dump(mode="json"),
-        {"included": int(included.sum()), "train_size": len(y),
-         "max_provable": auditing.max_one_run_epsilon(cfg.guess_grid(), cfg.delta,
-                                                      cfg.confidence, audit.canaries)})
+        {"included": int(included.sum()), "train_size": len(y), "threat_model": "final_model",
+         "max_provable": headline["max_provable"], "analyses": analyses})
+
+
+def all_iterates(setup: Setup) -> DPAuditReport:
+    """Nasr et al. 2023's white-box threat model: m Dirac gradient canaries, each in with
+    probability 1/2, observed on every privatized update of one DP-SGD run."""
+    from miaudit.recipes.gradient_canaries import GradientCanaries
+
+    cfg, canaries = setup.cfg, setup.canaries
+    included = inclusion_bits(cfg.canaries, cfg.seed)
+    observer = GradientCanaries(included, cfg.seed, cfg.gradient_canary,
+                                cfg.gradient_canary_norm, cfg.planted_bug)
+    result = train_and_score(setup, canaries.base_x, canaries.base_y, cfg.seed,
+                             canaries.x[:0], canaries.y[:0], observer)
+    observations = observer.observations
+    stats = gaussian_audit.subsampled_gaussian_llr(observations, observer.noise_multiplier,
+                                                   observer.sample_rate)
+    analyses = analyse_one_run(cfg, stats, included)
+    headline = _headline(analyses)
+    claimed, source = _claim(cfg, [result.claimed_epsilon])
+    sampled = np.stack(observer.sampled) if observer.sampled else np.zeros((0, included.size))
+    return DPAuditReport(
+        "all_iterates", headline, claimed, source, result.test_accuracy, 0.0, result.seconds,
+        cfg.model_dump(mode="json"),
+        {"included": int(included.sum()), "train_size": len(canaries.base_y),
+         "threat_model": "all_iterates", "steps": int(observations.shape[0]),
+         "noise_multiplier": observer.noise_multiplier, "sample_rate": observer.sample_rate,
+         "observed_noise_std": float(np.std(observations[~sampled])) if sampled.size else None,
+         "max_provable": headline["max_provable"], "analyses": analyses})
 
 
 def multi_run(setup: Setup) -> DPAuditReport:
@@ -340,15 +530,26 @@ def multi_run(setup: Setup) -> DPAuditReport:
             accuracies.append(result.test_accuracy)
             claims.append(result.claimed_epsilon)
             seconds += result.seconds
-    audit = auditing.multi_run_audit(np.array(scores[True]), np.array(scores[False]),
-                                     cfg.delta, cfg.confidence, cfg.selection, cfg.seed)
+    analyses = {}
+    for name in cfg.analysis_names():
+        if name == "clopper_pearson":
+            audit, cpu = _timed(lambda: auditing.multi_run_audit(
+                np.array(scores[True]), np.array(scores[False]), cfg.delta, cfg.confidence,
+                cfg.selection, cfg.seed).as_dict())
+            audit["max_provable"] = auditing.max_multi_run_epsilon(
+                cfg.runs, cfg.runs, cfg.delta, cfg.confidence, cfg.selection)
+        else:  # gaussian
+            audit, cpu = _timed(lambda: gaussian_audit.gaussian_audit(
+                scores[True], scores[False], cfg.delta, cfg.confidence).as_dict())
+            audit["max_provable"] = None
+        analyses[name] = {**audit, "cpu_seconds": round(cpu, 4)}
+    headline = _headline(analyses)
     claimed, source = _claim(cfg, claims)
     return DPAuditReport(
-        "multi_run", audit.as_dict(), claimed, source, float(np.mean(accuracies)),
+        "multi_run", headline, claimed, source, float(np.mean(accuracies)),
         float(np.std(accuracies)), seconds, cfg.model_dump(mode="json"),
-        {"scores_in": scores[True], "scores_out": scores[False],
-         "max_provable": auditing.max_multi_run_epsilon(cfg.runs, cfg.runs, cfg.delta,
-                                                        cfg.confidence, cfg.selection)})
+        {"scores_in": scores[True], "scores_out": scores[False], "threat_model": "final_model",
+         "max_provable": headline["max_provable"], "analyses": analyses})
 
 
 def run_dp_audit(cfg: DPAuditConfig | dict[str, Any]) -> DPAuditReport:
@@ -356,4 +557,5 @@ def run_dp_audit(cfg: DPAuditConfig | dict[str, Any]) -> DPAuditReport:
     if not isinstance(cfg, DPAuditConfig):
         cfg = DPAuditConfig.model_validate(cfg)
     setup = prepare(cfg)
-    return multi_run(setup) if cfg.runs else one_run(setup)
+    runners = {"one_run": one_run, "multi_run": multi_run, "all_iterates": all_iterates}
+    return runners[cfg.protocol](setup)

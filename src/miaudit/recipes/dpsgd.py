@@ -206,6 +206,10 @@ class DPSGD(Recipe):
         self.language_model = self.base.language_model
         self.engine: PrivacyEngine | None = None
         self.sample_rate = math.nan
+        # An audit instrument (e.g. recipes.gradient_canaries.GradientCanaries) given the
+        # private optimizer after make_private: it may insert canary rows and record updates;
+        # the noise and the accountant stay Opacus's.
+        self.observer: Any = None
 
     # -- hooks ----------------------------------------------------------------------------------
     def architecture(self, model: nn.Module) -> nn.Module:
@@ -248,6 +252,8 @@ class DPSGD(Recipe):
             noise_multiplier=self.noise, max_grad_norm=self.max_grad_norm,
             poisson_sampling=self.poisson, noise_generator=noise_generator)
         state.model, state.optimizer = model, optimizer
+        if self.observer is not None:
+            self.observer.attach(optimizer, self.sample_rate)
         state.batches = self._batches(dp_loader, optimizer)
         state.steps_per_epoch = len(dp_loader)
 
