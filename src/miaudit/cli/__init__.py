@@ -1,7 +1,8 @@
 """The ``miaudit`` command line (typer): every command is mounted here, once.
 
 Each command lives in its module (:mod:`.commands`: audit, report, score, plan, config;
-:mod:`.compare`; :mod:`.dp_audit`; :mod:`.privacy`: the DP accounting group; :mod:`.listings`)
+:mod:`.compare`; :mod:`.check`: the privacy gate; :mod:`.dp_audit`; :mod:`.privacy`: the DP
+accounting group; :mod:`.listings`)
 and reports user errors through the one decorator of :mod:`.errors`.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from miaudit.cli.check import check
 from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
 from miaudit.cli.compare import compare
 from miaudit.cli.dp_audit import audit_command
@@ -33,6 +35,7 @@ app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (Stein
             "one run, or Jagielski et al. 2020 with R runs).")(audit_command)
 app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")
 app.command()(compare)
+app.command()(check)
 
 
 def main() -> None:  # pragma: no cover - console-script entry
