@@ -5,6 +5,7 @@ Sections: settings and provenance, headline, log-log ROC curves per attack famil
 range over targets shaded), the attack table, target-model accuracy, per-class leakage, the DP
 bound and empirical epsilon (when the targets were trained with DP-SGD), the memorization
 analysis (when memorization.json exists), the most exposed members (when exposed.npz exists)
+the per-record risk (when records.csv exists)
 and the reference planner's curves (when ``miaudit plan`` has run).
 """
 
@@ -376,6 +377,11 @@ def render_html(view: RunView) -> str:
         parts.append(section("How many reference models", planner_section(planner), "planner"))
     if view.memorization is not None:
         parts.append(section("Memorization", memorization_section(view), "memorization"))
+    from miaudit.reporting.record_risk import record_risk_section
+
+    records = record_risk_section(view.root)
+    if records is not None:
+        parts.append(section("Per-record risk across retrainings", records, "records"))
     exposed = view.exposed()
     if exposed is not None and len(exposed["indices"]):
         parts.append(section("Most exposed members", exposed_section(view, exposed), "exposed"))

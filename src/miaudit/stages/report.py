@@ -21,4 +21,22 @@ def report_stage(run: RunDir, planned: Audit, summary: Summary) -> None:
                           pool.x.numpy()[audited] if pool.is_image else None,
                           pool.y.numpy()[audited], pool.class_names, attack=best,
                           texts=[pool.texts[i] for i in audited] if pool.is_text else None)
+    write_run_records(run.root, summary, pool.y.numpy()[audited], list(pool.class_names))
     write_html_report(run.root, summary)
+
+
+def write_run_records(run_root, summary: Summary, labels, class_names) -> None:
+    """records.csv: the per-record risk of the strongest attack at the default FPR
+    (:mod:`miaudit.analysis.record_risk`) with every attack's per-record score summaries."""
+    from miaudit.analysis import record_risk as rr
+    from miaudit.rundir import audited_members
+
+    members = audited_members(run_root, summary.targets)
+    if members.shape[0] < 2:  # one target: no record is both IN and OUT
+        return
+    scores = {label: read_scores(run_root, summary.scores_dir, label) for label in summary.attacks}
+    attack = rr.strongest_attack(summary.attacks)
+    risk = rr.record_risk(scores[attack], members, attack=attack)
+    indices = RunDir(run_root).read_split()["audited"]
+    rr.write_records(run_root, rr.records_table(risk, indices, labels, class_names, scores,
+                                                members), risk)
