@@ -18,6 +18,7 @@ from miaudit.cli.errors import fail, user_errors
 from miaudit.cli.listings import LISTINGS, devices, listing_command
 from miaudit.cli.privacy import app as privacy_app
 from miaudit.cli.usage import OneLineErrors
+from miaudit.cli.usage_inference import usage
 
 __all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
 
@@ -36,6 +37,7 @@ app.command("dp-audit", help="Canary-based empirical epsilon lower bounds (Stein
 app.add_typer(privacy_app, name="privacy", help="Differential-privacy accounting and bounds.")
 app.command()(compare)
 app.command()(check)
+app.command()(usage)
 
 
 def main() -> None:  # pragma: no cover - console-script entry

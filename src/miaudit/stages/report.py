@@ -22,7 +22,23 @@ def report_stage(run: RunDir, planned: Audit, summary: Summary) -> None:
                           pool.y.numpy()[audited], pool.class_names, attack=best,
                           texts=[pool.texts[i] for i in audited] if pool.is_text else None)
     write_run_records(run.root, summary, pool.y.numpy()[audited], list(pool.class_names))
+    write_run_usage(run.root, summary)
     write_html_report(run.root, summary)
+
+
+def write_run_usage(run_root, summary: Summary) -> None:
+    """usage.json: dataset usage inference evaluated on candidate sets of known fractions
+    (:func:`miaudit.analysis.dataset_usage.usage_report`); runs of one target have no
+    references to debias with and get none."""
+    from miaudit.analysis.dataset_usage import USAGE_FILE, usage_report
+    from miaudit.io import write_json
+    from miaudit.rundir import audited_members
+
+    members = audited_members(run_root, summary.targets)
+    if members.shape[0] < 3:  # a target and at least two references
+        return
+    scores = {label: read_scores(run_root, summary.scores_dir, label) for label in summary.attacks}
+    write_json(run_root / USAGE_FILE, usage_report(scores, members))
 
 
 def write_run_records(run_root, summary: Summary, labels, class_names) -> None:
