@@ -38,6 +38,34 @@ def test_debiased_estimate_by_hand():
     assert every["estimate"] == pytest.approx(np.mean(finite)) or np.isnan(every["estimate"])
 
 
+def test_shared_sort_debiasing_matches_each_targets_own_roc():
+    rng = np.random.default_rng(3)
+    members = rng.random((5, 300)) < 0.5
+    scores = np.round(rng.normal(size=(5, 300)) + members, 1)  # many ties, across models too
+    rates = debiasing(scores, members)
+    for t in range(5):
+        brute = youden_point(np.delete(scores, t, 0), np.delete(members, t, 0))
+        assert (rates.thresholds[t], rates.tpr[t], rates.fpr[t]) == pytest.approx(brute)
+
+
+def test_unit_weights_reproduce_the_point_estimate(monkeypatch):
+    from miaudit.analysis import dataset_usage
+    from miaudit.intervals import Resamples
+
+    def unit(targets, samples, rounds, seed):  # every record once, every target once
+        return Resamples(np.ones((rounds, targets), np.int32), np.ones((rounds, samples),
+                                                                         np.int32))
+
+    monkeypatch.setattr(dataset_usage.Resamples, "draw", unit)
+    scores, members = _world(separation=1.0, targets=6, records=400)
+    rates = debiasing(scores, members)
+    boot = dataset_usage._Bootstrap(scores, members, rates, rounds=2, seed=0)
+    np.testing.assert_allclose(boot.tpr[0], rates.tpr)
+    np.testing.assert_allclose(boot.fpr[0], rates.fpr)
+    found = estimate_usage(scores, members, np.arange(0, 400, 3), rates=rates, bootstrap=boot)
+    assert found["interval"] == pytest.approx([found["estimate"]] * 2)
+
+
 def test_known_fraction_sets_have_the_fraction():
     rng = np.random.default_rng(0)
     members = rng.random((4, 200)) < 0.5

@@ -26,8 +26,9 @@ stored scores are the attack's scores of each model as a target). A target's est
 and the pooled estimate is the mean over targets, with a 95% interval from the crossed
 bootstrap of :mod:`miaudit.intervals` (targets and samples resampled together; each replicate
 recomputes the guess rate on X and the references' TPR and FPR at the fixed threshold theta_t
-on the resampled samples). The threshold is not re-chosen in the replicates: a Youden
-threshold moves little, and re-running one ROC per target per replicate would cost T x B sorts.
+on the resampled samples; the candidate sets of one evaluation share the replicates). The
+threshold is not re-chosen in the replicates: a Youden threshold moves little, and re-running
+one ROC per target per replicate would cost T x B sorts.
 
 Known truth: candidate sets of chosen fractions built from each target's memberships
 (:func:`evaluate_usage`) give the estimator's bias, its absolute error per target (what the
@@ -66,16 +67,33 @@ def youden_point(scores: np.ndarray, members: np.ndarray) -> tuple[float, float,
 
 
 def debiasing(scores: np.ndarray, members: np.ndarray) -> Debiasing:
-    """Each target's threshold and rates from the other models (its references)."""
+    """Each target's threshold and rates from the other models (its references): per target
+    the :func:`youden_point` of the references' pooled scores. The cells are sorted once; a
+    target's reference ROC is the cumulative member and non-member counts in that order with
+    its own row left out (a value held by the target alone repeats the previous point, which
+    the first-maximum rule never picks over it)."""
     scores = np.asarray(scores, dtype=np.float64)
     members = np.asarray(members, dtype=bool)
-    num_targets = len(scores)
+    num_targets, num_samples = scores.shape
     if num_targets < 2:
         raise ValueError("dataset usage needs at least 2 models: the references measure the "
                          "attack's error rates")
-    points = [youden_point(np.delete(scores, t, 0), np.delete(members, t, 0))
-              for t in range(num_targets)]
-    return Debiasing(*(np.array(column) for column in zip(*points, strict=True)))
+    if not np.isfinite(scores).all():
+        raise ValueError("scores contain NaN/inf values")
+    order = np.argsort(-scores.ravel(), kind="stable")
+    ordered = scores.ravel()[order]
+    row_of, is_member = order // num_samples, members.ravel()[order]
+    last_of_tie = np.r_[np.flatnonzero(np.diff(ordered)), len(ordered) - 1]
+    thresholds, tprs, fprs = (np.empty(num_targets) for _ in range(3))
+    for target in range(num_targets):
+        kept = row_of != target
+        true_pos = np.r_[0, np.cumsum(is_member & kept)[last_of_tie]]
+        false_pos = np.r_[0, np.cumsum(~is_member & kept)[last_of_tie]]
+        tpr, fpr = true_pos / true_pos[-1], false_pos / false_pos[-1]
+        best = int(np.argmax(tpr - fpr))
+        thresholds[target] = np.inf if best == 0 else ordered[last_of_tie[best - 1]]
+        tprs[target], fprs[target] = tpr[best], fpr[best]
+    return Debiasing(thresholds, tprs, fprs)
 
 
 def _candidate_mask(candidates: np.ndarray | Sequence[np.ndarray], shape: tuple[int, int]
@@ -98,8 +116,8 @@ def _candidate_mask(candidates: np.ndarray | Sequence[np.ndarray], shape: tuple[
 
 def estimate_usage(scores: np.ndarray, members: np.ndarray,
                    candidates: np.ndarray | Sequence[np.ndarray], *,
-                   rounds: int = ROUNDS, seed: int = 0,
-                   rates: Debiasing | None = None) -> dict:
+                   rounds: int = ROUNDS, seed: int = 0, rates: Debiasing | None = None,
+                   bootstrap: _Bootstrap | None = None) -> dict:
     """DUCI on (T, N) ``scores`` / ``members``: ``candidates`` are sample positions, one array
     for every target or one per target. Returns ``per_target`` estimates, ``true_fraction``
     per target (the audit knows the memberships), the pooled ``estimate`` (mean over targets),
@@ -111,7 +129,8 @@ def estimate_usage(scores: np.ndarray, members: np.ndarray,
     flags = scores >= rates.thresholds[:, None]  # row t: target t at its own threshold
     per_target = _debiased(mask.sum(1), (mask & flags).sum(1), rates.tpr, rates.fpr)
     truth = (mask & members).sum(1) / mask.sum(1)
-    replicates = _replicates(scores, members, mask, rates, rounds, seed)
+    bootstrap = bootstrap or _Bootstrap(scores, members, rates, rounds, seed)
+    replicates = bootstrap.pooled(mask)
     return {
         "estimate": float(per_target.mean()), "interval": percentile_interval(replicates),
         "per_target": _listed(per_target), "true_fraction": truth.tolist(),
@@ -133,31 +152,42 @@ def _debiased(size: np.ndarray, flagged: np.ndarray, tpr: np.ndarray,
         return np.where(tpr > fpr, (flagged / size - fpr) / (tpr - fpr), np.nan)
 
 
-def _replicates(scores: np.ndarray, members: np.ndarray, mask: np.ndarray, rates: Debiasing,
-                rounds: int, seed: int) -> np.ndarray:
-    """(B,) pooled estimates of the crossed bootstrap: per replicate, the samples' weights
-    reweigh each target's guess rate on its candidates and its references' TPR and FPR (at the
-    fixed thresholds), and the targets' weights reweigh the mean over targets."""
-    num_targets, num_samples = scores.shape
-    resamples = Resamples.draw(num_targets, num_samples, rounds, seed)
-    columns = []  # per target: candidates, flagged candidates, refs' IN, flagged IN, OUT, ...
-    for t in range(num_targets):
-        refs = np.arange(num_targets) != t
-        flags = scores[refs] >= rates.thresholds[t]
-        ins = members[refs]
-        columns += [mask[t], mask[t] & (scores[t] >= rates.thresholds[t]), ins.sum(0),
-                    (flags & ins).sum(0), (~ins).sum(0), (flags & ~ins).sum(0)]
-    # one product: (B, N) sample weights x (N, 6T) per-sample counts
-    sums = resamples.samples.astype(np.float64) @ np.array(columns, dtype=np.float64).T
-    size, flagged, ins, flagged_in, outs, flagged_out = (
-        sums[:, k::6] for k in range(6))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpr, fpr = flagged_in / ins, flagged_out / outs
-        per_target = np.where((tpr > fpr) & (size > 0), (flagged / size - fpr) / (tpr - fpr),
-                              np.nan)
-    weights = resamples.targets.astype(np.float64) * np.isfinite(per_target)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.nansum(weights * np.nan_to_num(per_target), 1) / weights.sum(1)
+class _Bootstrap:
+    """The crossed-bootstrap replicates of DUCI for one run: sample weights (B, N) as float32
+    (integer sums stay exact below 2^24), target weights (B, T), and the references' counts at
+    each target's fixed threshold, summed under the sample weights once for every candidate
+    set."""
+
+    def __init__(self, scores: np.ndarray, members: np.ndarray, rates: Debiasing,
+                 rounds: int, seed: int):
+        num_targets, num_samples = scores.shape
+        resamples = Resamples.draw(num_targets, num_samples, rounds, seed)
+        self.samples = resamples.samples.astype(np.float32)
+        self.targets = resamples.targets.astype(np.float64)
+        self.own_flags = scores >= rates.thresholds[:, None]  # row t: target t's guesses
+        total_in = members.sum(0)
+        columns = []  # per target: references' IN, flagged IN, OUT, flagged OUT per record
+        for t in range(num_targets):
+            flags = scores >= rates.thresholds[t]
+            flagged_in = (flags & members).sum(0) - (self.own_flags[t] & members[t])
+            flagged_out = (flags & ~members).sum(0) - (self.own_flags[t] & ~members[t])
+            ins = total_in - members[t]
+            columns += [ins, flagged_in, (num_targets - 1) - ins, flagged_out]
+        sums = self.samples @ np.array(columns, dtype=np.float32).T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.tpr = sums[:, 1::4].astype(np.float64) / sums[:, 0::4]
+            self.fpr = sums[:, 3::4].astype(np.float64) / sums[:, 2::4]
+
+    def pooled(self, mask: np.ndarray) -> np.ndarray:
+        """(B,) pooled estimates for candidate sets ``mask`` (T, N)."""
+        columns = np.concatenate([mask, mask & self.own_flags]).astype(np.float32)
+        sums = (self.samples @ columns.T).astype(np.float64)
+        size, flagged = sums[:, : len(mask)], sums[:, len(mask):]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_target = np.where((self.tpr > self.fpr) & (size > 0),
+                                  (flagged / size - self.fpr) / (self.tpr - self.fpr), np.nan)
+            weights = self.targets * np.isfinite(per_target)
+            return np.nansum(weights * np.nan_to_num(per_target), 1) / weights.sum(1)
 
 
 def known_fraction_sets(members: np.ndarray, fraction: float, rng: np.random.Generator
@@ -194,12 +224,15 @@ def evaluate_usage(scores: np.ndarray, members: np.ndarray,
     memberships: per fraction the pooled estimate, its interval, whether it covers the truth,
     the bias and the per-target mean absolute error; overall the MAE over targets and
     fractions and the share of fractions covered."""
+    scores = np.asarray(scores, dtype=np.float64)
+    members = np.asarray(members, dtype=bool)
     rates = debiasing(scores, members)
+    bootstrap = _Bootstrap(scores, members, rates, rounds, seed)  # shared by the fractions
     rng = np.random.default_rng(seed)
     checks = []
-    for k, fraction in enumerate(fractions):
+    for fraction in fractions:
         sets = known_fraction_sets(members, fraction, rng)
-        found = estimate_usage(scores, members, sets, rounds=rounds, seed=seed + k, rates=rates)
+        found = estimate_usage(scores, members, sets, rates=rates, bootstrap=bootstrap)
         truth = np.array(found["true_fraction"])
         per_target = np.array(found["per_target"])
         low, high = found["interval"]
