@@ -56,7 +56,7 @@ def test_unit_weights_reproduce_the_point_estimate(monkeypatch):
         return Resamples(np.ones((rounds, targets), np.int32), np.ones((rounds, samples),
                                                                          np.int32))
 
-    monkeypatch.setattr(dataset_usage.Resamples, "draw", unit)
+    monkeypatch.setattr(dataset_usage, "_draw", unit)
     scores, members = _world(separation=1.0, targets=6, records=400)
     rates = debiasing(scores, members)
     boot = dataset_usage._Bootstrap(scores, members, rates, rounds=2, seed=0)
@@ -64,6 +64,18 @@ def test_unit_weights_reproduce_the_point_estimate(monkeypatch):
     np.testing.assert_allclose(boot.fpr[0], rates.fpr)
     found = estimate_usage(scores, members, np.arange(0, 400, 3), rates=rates, bootstrap=boot)
     assert found["interval"] == pytest.approx([found["estimate"]] * 2)
+
+
+def test_resampling_counts_are_uniform_multinomial_draws():
+    from miaudit.analysis.dataset_usage import _draw
+
+    drawn = _draw(5, 40, rounds=4000, seed=1)
+    assert drawn.targets.shape == (4000, 5) and drawn.samples.shape == (4000, 40)
+    assert (drawn.targets.sum(1) == 5).all() and (drawn.samples.sum(1) == 40).all()
+    # multinomial(n, 1/n): mean 1, variance 1 - 1/n per count
+    assert drawn.samples.mean() == pytest.approx(1.0)
+    assert drawn.samples.var() == pytest.approx(1 - 1 / 40, abs=0.03)
+    assert drawn.targets.var() == pytest.approx(1 - 1 / 5, abs=0.03)
 
 
 def test_known_fraction_sets_have_the_fraction():
