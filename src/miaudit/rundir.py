@@ -57,7 +57,8 @@ from miaudit.io import (
 
 LAYOUT = 2
 # what the report stage renders from results.json and its scores generation
-REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz")
+REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz", "records.csv",
+                "usage.json")
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 

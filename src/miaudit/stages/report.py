@@ -35,13 +35,14 @@ def write_run_usage(run_root, summary: Summary) -> None:
     from miaudit.rundir import audited_members
 
     members = audited_members(run_root, summary.targets)
-    if members.shape[0] < 3:  # a target and at least two references
-        return
+    in_and_out = members.any(1) & (~members).any(1)
+    if members.shape[0] < 3 or not in_and_out.all():  # a target and two references, each
+        return  # with members and non-members among the audited records
     scores = {label: read_scores(run_root, summary.scores_dir, label) for label in summary.attacks}
     write_json(run_root / USAGE_FILE, usage_report(scores, members))
 
 
-def write_run_records(run_root, summary: Summary, labels, class_names) -> None:
+def write_run_records(run_root, summary: Summary, labels, class_names: list | None) -> None:
     """records.csv: the per-record risk of the strongest attack at the default FPR
     (:mod:`miaudit.analysis.record_risk`) with every attack's per-record score summaries."""
     from miaudit.analysis import record_risk as rr
