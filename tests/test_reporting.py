@@ -140,7 +140,7 @@ def test_html_report_is_self_contained_and_has_every_section(dp_run):
     assert page.external == []
     assert page.attack_rows == len(ATTACKS)
     assert page.sections == ["headline", "settings", "roc", "table", "models", "classes",
-                             "privacy", "memorization", "records", "exposed"]
+                             "privacy", "memorization", "records", "usage", "exposed"]
     assert page.images == 16 + 1  # thumbnails + the memorization figure
     # LiRA panel, baselines panel, the DP-bound panel, the per-record risk histogram
     assert text.count("<svg") == 4
