@@ -46,6 +46,7 @@ EXTRA = [  # options the default suite leaves at their defaults, and the nested 
     "rmia:population=target_nonmembers",
     {"name": "dropout_search", "attack": "attack_r:variant=paper_c",
      "grid": ["identity", "flip"]},
+    "ramia", "ramia:queries=flip",  # RaMIA: a range with and without the exact point
 ]
 SPECS = list(dict.fromkeys(default_suite())) + EXTRA
 

@@ -140,9 +140,10 @@ def test_html_report_is_self_contained_and_has_every_section(dp_run):
     assert page.external == []
     assert page.attack_rows == len(ATTACKS)
     assert page.sections == ["headline", "settings", "roc", "table", "models", "classes",
-                             "privacy", "memorization", "exposed"]
+                             "privacy", "memorization", "records", "usage", "exposed"]
     assert page.images == 16 + 1  # thumbnails + the memorization figure
-    assert text.count("<svg") == 3  # LiRA panel, baselines panel, the DP-bound panel
+    # LiRA panel, baselines panel, the DP-bound panel, the per-record risk histogram
+    assert text.count("<svg") == 4
     pooled = {a: dp_run.attacks[a].pooled for a in ATTACKS}
     best = max(ATTACKS, key=lambda a: (pooled[a]["tpr@0.1%_measurable"], pooled[a]["tpr@0.1%"],
                                        pooled[a]["auc"]))

@@ -255,7 +255,8 @@ ATTACKS: Registry = Registry("attack", _modules("attacks", {
     "dropout_search": "dropout_search", "salem": "salem", "zlib": "text_zlib",
     "min_k": "text_min_k", "min_k_pp": "text_min_k", "ref_model": "text_ref_model",
     "label_augmentation": "label_only", "boundary_distance": "label_only", "qmia": "qmia",
-    "recall": "text_recall", "con_recall": "text_recall", "dc_pdd": "text_dc_pdd"}))
+    "recall": "text_recall", "con_recall": "text_recall", "dc_pdd": "text_dc_pdd",
+    "ramia": "ramia"}))
 OUTPUT_DEFENSES: Registry = Registry("output defense", _modules("output_defenses", {
     "memguard": "memguard", "memguard_label_only": "memguard"}))
 ACCOUNTANTS: Registry = Registry("accountant", _modules("privacy", {

@@ -122,7 +122,8 @@ def file_kind(relative: str) -> str | None:
     return None
 
 # what the report stage renders from results.json and its scores generation
-REPORT_FILES = (ROC_FILE, ROC_DP_BOUND_FILE, REPORT_FILE, EXPOSED_FILE)
+REPORT_FILES = (ROC_FILE, ROC_DP_BOUND_FILE, REPORT_FILE, EXPOSED_FILE, "records.csv",
+                "usage.json")
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 

@@ -1,7 +1,8 @@
 """The ``miaudit`` command line (typer): every command is mounted here, once.
 
 Each command lives in its module (:mod:`.commands`: audit, report, score, plan, config;
-:mod:`.compare`; :mod:`.dp_audit`; :mod:`.privacy`: the DP accounting group; :mod:`.listings`)
+:mod:`.compare`; :mod:`.check`: the privacy gate; :mod:`.dp_audit`; :mod:`.privacy`: the DP
+accounting group; :mod:`.listings`)
 and reports user errors through the one decorator of :mod:`.errors`.
 """
 
@@ -11,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from miaudit.cli.check import check
 from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
 from miaudit.cli.compare import compare
 from miaudit.cli.dataset_inference import dataset_inference_command
@@ -19,6 +21,7 @@ from miaudit.cli.errors import fail, user_errors
 from miaudit.cli.listings import LISTINGS, devices, listing_command
 from miaudit.cli.privacy import app as privacy_app
 from miaudit.cli.usage import OneLineErrors
+from miaudit.cli.usage_inference import usage
 
 __all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
 
@@ -57,6 +60,8 @@ app.command()(compare)
 app.command("dataset-inference", help="Was a collection of texts trained on? (Maini et al. "
             "2024: attack scores aggregated, then a t-test against held-out texts)")(
     dataset_inference_command)
+app.command()(check)
+app.command()(usage)
 
 
 def main() -> None:  # pragma: no cover - console-script entry

@@ -60,7 +60,25 @@ def html_report(run_dir: Path, summary: Summary) -> Path:
             exposed_from_config(Path(run_dir), summary)
         except Exception as error:  # the report is still useful without thumbnails
             errors.print(f"no exposed samples ({type(error).__name__}: {error})", markup=False)
+    if not summary.external and not (Path(run_dir) / "records.csv").exists():
+        try:
+            records_from_config(Path(run_dir), summary)
+        except Exception as error:  # the report is still useful without them
+            errors.print(f"no per-record risk ({type(error).__name__}: {error})", markup=False)
     return write_html_report(run_dir, summary)
+
+
+def records_from_config(run_dir: Path, summary: Summary) -> None:
+    """records.csv for a run made before the audit wrote it (labels from the run's pool)."""
+    from miaudit.auditor.rundir import RunDir
+    from miaudit.auditor.stages.plan import load_pool
+    from miaudit.auditor.stages.report import write_run_records
+    from miaudit.config import validate_config
+    from miaudit.reporting.run_view import RunView
+
+    pool = load_pool(validate_config(RunView(run_dir, summary).config))
+    audited = RunDir(run_dir).read_split()["audited"]
+    write_run_records(run_dir, summary, pool.y.numpy()[audited], list(pool.class_names))
 
 
 def exposed_from_config(run_dir: Path, summary: Summary) -> Path:

@@ -4,7 +4,8 @@ One file, no network: inline CSS, figures as inline SVG, thumbnails as base64 PN
 Sections: settings and provenance, headline, log-log ROC curves per attack family (pooled curve,
 range over targets shaded), the attack table, target-model accuracy, per-class leakage, the DP
 bound and empirical epsilon (when the targets were trained with DP-SGD), the memorization
-analysis (when memorization.json exists), the most exposed members (when exposed.npz exists)
+analysis (when memorization.json exists), the most exposed members (when exposed.npz exists),
+the per-record risk (when records.csv exists), dataset usage (when usage.json exists)
 and the reference planner's curves (when ``miaudit plan`` has run).
 """
 
@@ -391,6 +392,16 @@ def render_html(view: RunView) -> str:
         parts.append(section("How many reference models", planner_section(planner), "planner"))
     if view.memorization is not None:
         parts.append(section("Memorization", memorization_section(view), "memorization"))
+    from miaudit.reporting.record_risk import record_risk_section
+
+    records = record_risk_section(view.root)
+    if records is not None:
+        parts.append(section("Per-record risk across retrainings", records, "records"))
+    from miaudit.reporting.dataset_usage import dataset_usage_section
+
+    usage = dataset_usage_section(view.root)
+    if usage is not None:
+        parts.append(section("Dataset usage inference", usage, "usage"))
     exposed = view.exposed()
     if exposed is not None and len(exposed["indices"]):
         parts.append(section("Most exposed members", exposed_section(view, exposed), "exposed"))

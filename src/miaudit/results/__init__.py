@@ -390,6 +390,50 @@ class Results:
                 audited_members(self.run_dir, self.summary.targets))
 
 
+    def records(self, attack: str | None = None, level: float | None = None) -> Any:
+        """Per-record risk (:mod:`miaudit.analysis.record_risk`) as a pandas DataFrame, one row
+        per audited record: ``index`` (pool index), ``label``, ``class``, per attack
+        ``<label>:mean_in`` / ``<label>:mean_out`` (mean score over the targets where the record
+        is IN / OUT), ``n_in``, ``n_out``, ``flagged_in``, ``flagged_out``, ``risk`` (flag rate
+        IN minus OUT of ``attack``, default the strongest, at the global threshold of FPR
+        ``level``, default 1%), ``risk_low`` / ``risk_high`` (95% interval over the targets)
+        and ``significant`` (interval above zero). The audit's records.csv when it holds this
+        attack and level, else computed from the stored scores (labels from records.csv when
+        the run has one, -1 otherwise)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Results.records() needs pandas: pip install pandas") from None
+        from miaudit.analysis import record_risk as rr
+
+        attack = attack or rr.strongest_attack(self.attacks)
+        level = rr.RISK_FPR if level is None else level
+        stored = None if self.run_dir is None else self.run_dir / rr.RECORDS_FILE
+        if stored is not None and stored.exists():
+            table = pd.read_csv(stored, comment=None, skiprows=1)
+            if rr.read_records_header(stored) == (attack, level):
+                return table
+            labels, names = table["label"].to_numpy(), None
+            classes = dict(zip(table["label"], table["class"].fillna(""), strict=True))
+        else:
+            labels, classes = None, {}
+        scores = {label: self.scores(label)[0] for label in self.attacks}
+        members = self.scores(attack)[1]
+        risk = rr.record_risk(scores[attack], members, level=level, attack=attack)
+        if classes:
+            names = [classes.get(i, "") for i in range(max(classes) + 1)]
+        indices = (np.arange(members.shape[1]) if self.run_dir is None
+                   else _audited_indices(self.run_dir))
+        return pd.DataFrame(rr.records_table(risk, indices, labels, names if classes else None,
+                                             scores, members))
+
+
+def _audited_indices(run_dir: Path) -> np.ndarray:
+    from miaudit.auditor.rundir import RunDir
+
+    return RunDir(run_dir).read_split()["audited"]
+
+
 def roc_title(summary: Summary) -> str:
     return f"{summary.name} (pooled over {len(summary.targets)} targets)"
 

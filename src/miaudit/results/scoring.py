@@ -246,6 +246,10 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
                                    audited, population, attacks, blind)
         results = publish(run, summary)
         render_plots(run.root, results.summary)
+        from miaudit.auditor.stages.report import write_run_records, write_run_usage
+
+        write_run_records(run.root, results.summary, np.asarray(outputs.labels)[audited], None)
+        write_run_usage(run.root, results.summary)
     return results
 
 
