@@ -263,10 +263,12 @@ class AuditConfig(_Strict):
     # where the per-model train jobs run: local (in this process), processes (a worker pool here)
     # or ray (see miaudit.executors)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    # torch intra-op threads: None keeps torch's choice; "auto" picks from the cores and the
-    # load (miaudit.threads.default_threads; fastest on a shared machine, but the thread count,
-    # and so the last bits of the weights, may then differ between runs)
-    threads: int | Literal["auto"] | None = Field(default=None)
+    # torch intra-op threads: "auto" (default) one per free core, measured from the load
+    # (miaudit.threads.default_threads: torch's own choice, every core, spins when another
+    # process holds one, 6x slower on a 2-core machine); a number pins it (the thread count,
+    # and so the last bits of the weights, may differ between runs under auto); None keeps
+    # torch's choice
+    threads: int | Literal["auto"] | None = Field(default="auto")
 
     @field_validator("threads")
     @classmethod

@@ -82,9 +82,9 @@ def audit(
     executor: Annotated[str | None, typer.Option(help="local | processes (a worker pool here) "
                         "| ray (a local Ray cluster); options with --set executor.workers=4, "
                         "executor.address=auto etc.")] = None,
-    threads: Annotated[str | None, typer.Option(help="torch intra-op threads, or auto (from "
-                       "the cores and the load); default: torch's choice. Set it on a "
-                       "machine with other load: 2 threads there can be 15x slower than 1")]
+    threads: Annotated[str | None, typer.Option(help="torch intra-op threads; default auto: one "
+                       "per core that no other process keeps busy (measured when the audit "
+                       "starts); a number pins it")]
     = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
     wait: Annotated[bool, typer.Option(help="wait for another process working in the same "
