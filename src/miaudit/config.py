@@ -306,15 +306,19 @@ class AuditConfig(_Strict):
             raise ValueError(f"attack labels must be distinct, got {labels}")
         check_scores_names(labels)
         references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
-        for index, spec in enumerate(self.attacks):
-            attack = build_attack(spec, f"attacks[{index}]")
+        for label, spec in zip(labels, self.attacks):
+            attack = build_attack(spec, f"attack {label!r}")
             if attack.min_references > references:
-                raise ValueError(f"attacks[{index}] ({labels[index]}) needs at least "
-                                 f"{attack.min_references} reference models, this audit gives "
-                                 f"{references}; raise num_models")
+                raise ValueError(f"attack {label!r} needs at least {attack.min_references} "
+                                 f"reference models, this audit gives {references}; raise "
+                                 "num_models")
             if attack.needs_population and not self.data.population_size:
-                raise ValueError(f"attacks[{index}] ({labels[index]}) needs the attacker's "
-                                 "population data: set data.population_size (e.g. 0.1)")
+                raise ValueError(f"attack {label!r} needs the attacker's population data: set "
+                                 "data.population_size (e.g. 0.1)")
+            try:  # before training: an attack reading a query nobody collects
+                attack.check_queries(list(self.queries))
+            except ValueError as error:
+                raise ValueError(f"attack {label!r}: {error}") from None
         if self.memorization_attack is not None and self.memorization_attack not in labels:
             raise ValueError(f"memorization_attack {self.memorization_attack!r} is not one of "
                              f"the attacks {labels}")

@@ -257,7 +257,7 @@ def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if sep and rest.strip() and "=" not in rest:  # an import path "package.module:attribute"
         return spec.strip(), {}
     options: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
+    for item in filter(None, (part.strip() for part in split_top_level(rest))):
         key, sep, raw = item.partition("=")
         if not sep:
             raise ConfigError(f"spec {spec!r}: option {item!r} is not key=value")
@@ -281,7 +281,24 @@ def check_size(value: Any, where: str = "options", limit: int = MAX_OPTION_ITEMS
             stack.extend(item)
 
 
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets: ``"queries=[identity,shift:dx=1],x=2"``
+    -> ``["queries=[identity,shift:dx=1]", "x=2"]``."""
+    parts, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        depth += {"[": 1, "(": 1, "]": -1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:position])
+            start = position + 1
+    return [*parts, text[start:]]
+
+
 def _literal(raw: str) -> Any:
+    if raw.startswith("[") and raw.endswith("]"):  # a list, its strings unquoted or not
+        try:
+            return ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return [_literal(item.strip()) for item in split_top_level(raw[1:-1]) if item.strip()]
     lowered = raw.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
