@@ -251,20 +251,24 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
     if len(set(labels)) != len(labels):
         raise ConfigError(f"attack labels must be distinct, got {labels}")
     check_scores_names(labels)
-    for index, spec in enumerate(specs):  # option errors before any work
-        attack = build_attack(spec, f"attacks[{index}]")
+    for label, spec in zip(labels, specs):  # option errors before any work
+        attack = build_attack(spec, f"attack {label!r}")
         if outputs.modality not in attack.modalities:
-            raise ConfigError(f"attacks[{index}] ({spec}) does not apply to {outputs.modality} "
+            raise ConfigError(f"attack {label!r} does not apply to {outputs.modality} "
                               f"outputs; {fitting_attacks(outputs.modality)}")
         if attack.min_references > outputs.num_models - 1:
-            raise ConfigError(f"attacks[{index}] needs {attack.min_references} reference "
+            raise ConfigError(f"attack {label!r} needs {attack.min_references} reference "
                               f"models; the outputs hold {outputs.num_models} models")
         if attack.needs_features:
-            raise ConfigError(f"attacks[{index}] regresses on the inputs, which outputs made "
+            raise ConfigError(f"attack {label!r} regresses on the inputs, which outputs made "
                               "elsewhere lack: run it in an audit")
         if attack.needs_population and not population.size:
-            raise ConfigError(f"attacks[{index}] needs population data: pass --population "
+            raise ConfigError(f"attack {label!r} needs population data: pass --population "
                               "(indices of samples no model trained on)")
+        try:
+            attack.check_queries(list(outputs.query_names))
+        except ValueError as error:
+            raise ConfigError(f"attack {label!r}: {error}") from None
     return population, audited, targets
 
 
