@@ -108,6 +108,8 @@ def print_summary(summary: Summary, console: Console) -> None:
     if (line := strongest_line(summary)) is not None:
         console.print(line, markup=False)
     console.print(model_line(summary))
+    for caveat in summary.caveats:
+        console.print(f"caveat: {caveat}", markup=False, soft_wrap=True)
     if summary.privacy is not None:
         console.print(privacy_line(summary))
     timing = summary.timing

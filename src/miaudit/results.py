@@ -243,6 +243,8 @@ class Summary(Record):
     config: dict[str, Any]  # the resolved AuditConfig, or EXTERNAL_SOURCE's description
     timing: Timing | None = None
     reference_planner: dict[str, Any] | None = None  # reference_planner.plan_references
+    # warnings about the whole run (e.g. targets that learned nothing): terminal, report
+    caveats: list[str] = []
 
     @model_validator(mode="after")
     def _layout_fields(self) -> Summary:

@@ -61,7 +61,9 @@ font-size:.78em;width:104px}
 .thumb img{width:88px;height:88px;image-rendering:pixelated;display:block;margin:0 auto 4px}
 .thumb:has(pre.text){width:300px;text-align:left}
 pre.text{white-space:pre-wrap;font-size:.95em;margin:0 0 4px;max-height:12em;overflow:auto}
-.note{color:#5a6473;font-size:.85em}tr.best td{background:#fff7e0;font-weight:600}
+.note{color:#5a6473;font-size:.85em}
+.caveat{background:#fff1f0;border-left:4px solid #c0392b;padding:.4em .7em}
+tr.best td{background:#fff7e0;font-weight:600}
 .bad{color:#b3261e;font-weight:600}.ok{color:#1e7b34;font-weight:600}
 pre{background:#fff;border:1px solid #dde1e7;padding:8px;overflow:auto;font-size:.8em}
 """
@@ -142,7 +144,9 @@ def headline(view: RunView) -> str:
                 f"{len(view.attacks)} attacks (max-type percentile bootstrap band, Mandel & "
                 f"Betensky 2008), so they hold for the attack picked after looking; each "
                 f"comes from the {escape(view.interval_method)}.")
-    return f'<div class="headline">{cards}</div><p>{sentence}</p>'
+    warnings = "".join(f'<p class="caveat"><b>Caveat:</b> {escape(c)}</p>'
+                       for c in view.summary.caveats)
+    return f'<div class="headline">{cards}</div>{warnings}<p>{sentence}</p>'
 
 
 def band(metric: Metric) -> str:

@@ -19,7 +19,7 @@ from miaudit.planning import Plan
 from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.results import Privacy
 from miaudit.rundir import LAYOUT, RunDir, scores_name
-from miaudit.scoring import accuracy_stats, score_attacks
+from miaudit.scoring import accuracy_stats, run_caveats, score_attacks
 from miaudit.specs import parse_component
 from miaudit.stages.evaluate import Evaluated
 from miaudit.stages.plan import Audit
@@ -134,7 +134,8 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         "holdout_size": int(len(plan.split.holdout)), "queries": list(cfg.queries),
         "scores_dir": scores_dir,
         "target_models": {**stats, **evaluated.robust},
-        "attacks": attacks, **({"privacy": privacy} if privacy else {}),
+        "attacks": attacks, "caveats": run_caveats(stats, logits, data.modality),
+        **({"privacy": privacy} if privacy else {}),
         **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
         "config": cfg.model_dump(mode="json"),
     }
