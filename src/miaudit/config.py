@@ -395,4 +395,4 @@ def validate_config(raw: dict[str, Any]) -> AuditConfig:
     try:
         return AuditConfig.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(format_errors(error)) from None
+        raise ConfigError(format_errors(error, AuditConfig)) from None

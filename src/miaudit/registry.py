@@ -21,6 +21,7 @@ against the constructor's signature by :meth:`Registry.check_options` before any
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import inspect
 import os
@@ -80,12 +81,21 @@ class Registry(Generic[T]):
             if name in self._entries:
                 return self._entries[name]
             valid = ", ".join(self.names()) or "(none)"
-            raise UnknownNameError(f"unknown {self.kind} {name!r}; valid: {valid} (or an import "
-                                   "path 'package.module:name')")
+            raise UnknownNameError(f"unknown {self.kind} {name!r}{self.hint(name)}; valid: "
+                                   f"{valid} (or an import path 'package.module:name')")
         importlib.import_module(module)
         if name not in self._entries:  # a bug of ours, not the user's: keep the traceback
             raise RuntimeError(f"module {module} did not register {self.kind} {name!r}")
         return self._entries[name]
+
+    def hint(self, name: str) -> str:
+        """", did you mean 'lira'?" for a close misspelling; for a comma-separated list of
+        names (``--attacks lira,rmia``) the separator to use; else ""."""
+        if "," in name and all(part.strip() in self for part in name.split(",")):
+            return (f" (attacks are separated by ';', not ',': "
+                    f"{';'.join(part.strip() for part in name.split(','))!r})")
+        close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
+        return f", did you mean {close[0]!r}?" if close else ""
 
     def option_default(self, name: str, option: str) -> Any:
         """The default value of keyword ``option`` of entry ``name``'s constructor; None when

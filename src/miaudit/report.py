@@ -119,9 +119,12 @@ def print_summary(summary: Summary, console: Console) -> None:
                       f"{timing.attack_seconds:.1f} s, device {timing.device}"
                       + (f": {escape(timing.machine.text())}" if timing.machine else "") + ")")
     root = Path(summary.run_dir)
+    report = root / "report.html"
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
-                  f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: "
+                  f"  ROC plot: {root / 'roc.png'} (and .svg, .pdf)\n  per-sample scores: "
                   f"{root / summary.scores_dir}", markup=False, soft_wrap=True)
+    if report.exists():  # last: the one file to open
+        console.print(f"  HTML report: {report}", markup=False, soft_wrap=True)
 
 
 def privacy_line(summary: Summary) -> str:

@@ -21,6 +21,23 @@ __all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
                   no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from miaudit.version import __version__
+
+        typer.echo(f"miaudit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version,
+                                          is_eager=True, help="print the version and exit")
+             ) -> None:
+    """Membership-inference privacy audits of neural networks."""
+
+
 app.command()(audit)
 app.command()(report)
 app.command()(score)

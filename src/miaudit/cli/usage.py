@@ -21,6 +21,7 @@ from miaudit.cli.errors import fail
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
 _ClickException = _click.exceptions.ClickException
 _NoArgsIsHelp = getattr(_click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+INTERRUPTED = 130  # the exit code of a process ended by SIGINT, as shells report it
 _Abort = (getattr(_click.exceptions, "Abort", typer.Abort), typer.Abort)
 
 
@@ -38,7 +39,20 @@ class OneLineErrors(TyperGroup):
         except _ClickException as error:
             fail(error.format_message())
             sys.exit(error.exit_code)
-        except _Abort:
+        except KeyboardInterrupt:
+            interrupted()
+        except _Abort as error:
+            if isinstance(error.__cause__, KeyboardInterrupt):
+                interrupted()
             print("Aborted!", file=sys.stderr)
             sys.exit(1)
+        if code == INTERRUPTED:  # typer turns Ctrl-C into Exit(130), returned here
+            interrupted()
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def interrupted() -> None:
+    """Ctrl-C: one line (the run directories keep what each stage finished, so the same
+    command resumes), exit code 130 as a shell reports SIGINT."""
+    print("interrupted: rerun the same command to resume", file=sys.stderr)
+    sys.exit(INTERRUPTED)
