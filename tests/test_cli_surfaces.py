@@ -91,3 +91,23 @@ def test_summary_reads_as_a_mapping_and_the_audit_names_its_report(tmp_path):
     assert "attacks" in summary.keys() and "attacks" in summary
     assert summary["attacks"] is summary.attacks and summary.get("nope", 1) == 1
     assert dict(summary.items())["name"] == summary.name
+
+
+def test_compare_prints_full_attack_labels_and_auc_in_percent(tmp_path):
+    from miaudit.config import validate_config
+    from miaudit.stages import audit
+
+    attacks = ["lira:fixed_variance=true", "loss"]
+    runs = [audit(validate_config(tiny_audit(tmp_path, attacks=attacks, **extra)),
+                  show_progress=False).run_dir
+            for extra in ({}, {"train": {"epochs": 2, "batch_size": 32, "lr": 0.1}})]
+    result = CliRunner().invoke(app, ["compare", *map(str, runs)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output  # labels folded onto more lines, never cut
+    squeezed = "".join(result.output.replace("│", "").replace("┃", "").split())
+    assert "lira:fixed_variance=true" in squeezed
+    from miaudit.reporting.compare import comparison, load_views
+
+    table = comparison(load_views(runs))
+    auc = table.rows[0][table.header.index("loss AUC")]
+    assert 20 < float(auc) <= 100  # percent, not a fraction
