@@ -129,8 +129,13 @@ def headline(view: RunView) -> str:
         ("TPR at 1% FPR", _kpi_value(one), band(one)),
         ("AUC", f"{best.auc:.3f}", "" if auc.ci_simultaneous is None else
          f"[{auc.ci_simultaneous[0]:.3f}, {auc.ci_simultaneous[1]:.3f}]"),
-        ("test accuracy (gap)", pct(acc.test, 1) + "%", f"gap {pct(acc.gap, 1)} points"),
+        ("next-token accuracy (test)" if view.is_text else "test accuracy (gap)",
+         pct(acc.test, 1) + "%", f"gap {pct(acc.gap, 1)} points"),
     ]
+    if view.is_text:
+        stats = view.summary.target_models
+        kpis.append(("perplexity (test)", f"{stats.test_perplexity:.2f}",
+                     f"train {stats.train_perplexity:.2f}"))
     cards = "".join(f'<div class="kpi"><div class="l">{escape(label)}</div>'
                     f'<div class="v">{escape(value)}</div><div class="ci">{escape(ci)}</div>'
                     f"</div>" for label, value, ci in kpis)
@@ -138,7 +143,11 @@ def headline(view: RunView) -> str:
                f"training members ({escape(chance)})" if low.measurable else
                "TPR at 0.1% FPR is not measurable in this run (below 1/non-members, or tied "
                "top scores)")
-    sentence = (f"Strongest attack (largest TPR at 0.1% FPR of {len(view.attacks)}): "
+    level = view.headline_level
+    ranked = ("TPR at 0.1% FPR" if level == "0.1%" else
+              f"TPR at {level} FPR; TPR at 0.1% FPR is not measurable for any attack"
+              if level else "AUC; no TPR level is measurable for any attack")
+    sentence = (f"Strongest attack (largest {ranked}, of {len(view.attacks)}): "
                 f"<b>{escape(best.label)}</b>. {finding}; pooled over {len(view.targets)} "
                 f"target model(s). In brackets: 95% bands simultaneous over all "
                 f"{len(view.attacks)} attacks (max-type percentile bootstrap band, Mandel & "
@@ -215,11 +224,16 @@ def attack_table(view: RunView) -> str:
 
 def models_section(view: RunView) -> str:
     acc = view.accuracy
+    kind = "next-token accuracy" if view.is_text else "accuracy"
     rows = {
-        "train accuracy (targets)": _mean_std(acc.train, acc.train_std),
-        "test accuracy (targets)": _mean_std(acc.test, acc.test_std),
+        f"train {kind} (targets)": _mean_std(acc.train, acc.train_std),
+        f"test {kind} (targets)": _mean_std(acc.test, acc.test_std),
         "generalization gap": f"{pct(acc.gap)} points",
     }
+    if view.is_text:
+        stats = view.summary.target_models
+        rows["perplexity (train / test)"] = (f"{stats.train_perplexity:.2f} / "
+                                             f"{stats.test_perplexity:.2f}")
     if view.seconds_per_model is not None:
         rows["training time per target"] = f"{view.seconds_per_model:.1f} s"
     for key, value in view.robust_accuracy.items():
@@ -370,8 +384,9 @@ def render_html(view: RunView) -> str:
         section("Attacks", attack_table(view), "table"),
         section("Target models: accuracy and generalization gap", models_section(view),
                 "models"),
-        section("Per-class leakage", per_class_section(view, best), "classes"),
     ]
+    if not view.is_text:  # a language model's texts have no classes
+        parts.append(section("Per-class leakage", per_class_section(view, best), "classes"))
     if view.privacy:
         parts.append(section("Differential privacy: claimed vs empirical",
                              privacy_section(view, curves), "privacy"))

@@ -223,11 +223,28 @@ class RunView:
         return {label: AttackView(label, record)
                 for label, record in self.summary.attacks.items()}
 
+    @property
+    def headline_level(self) -> str | None:
+        """The FPR level the headline ranks by: "0.1%", else "1%" when no attack measures
+        TPR at 0.1% (few non-members), else None (ranked by AUC)."""
+        for level in ("0.1%", "1%"):
+            if any(a.tpr(level).measurable for a in self.attacks.values()):
+                return level
+        return None
+
+    @property
+    def is_text(self) -> bool:
+        """A language model's audit (its utility is next-token accuracy and perplexity)."""
+        return self.summary.target_models.test_perplexity is not None
+
     def best_attack(self) -> AttackView:
-        """The attack with the highest pooled TPR at 0.1% FPR (ties: higher AUC); attacks
-        for which that level is not measurable rank last."""
+        """The attack with the highest pooled TPR at the headline level (ties: higher AUC);
+        attacks for which that level is not measurable rank last."""
+        level = self.headline_level
+        if level is None:
+            return max(self.attacks.values(), key=lambda a: a.auc)
         return max(self.attacks.values(), key=lambda a: (
-            a.tpr("0.1%").measurable, a.tpr("0.1%").value, a.auc))
+            a.tpr(level).measurable, a.tpr(level).value, a.auc))
 
     @property
     def interval_method(self) -> str:
