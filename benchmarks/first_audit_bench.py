@@ -57,8 +57,8 @@ def one_audit(extra: list[str]) -> tuple[float, float, float]:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "miaudit", "audit", "--quiet", "--output-dir", out,
-                        *extra], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "miaudit.cli", "audit", "--quiet", "--output-dir",
+                        out, *extra], env=env, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -140,7 +140,8 @@ def privacy_utility(points: Sequence[dict[str, Any]]) -> Any:
              title="privacy-utility: each point a run (bars: std over targets, 95% CI)")
     axis.title.set_fontsize(9)
     axis.grid(True, linewidth=0.3, alpha=0.5)
-    axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
+    if attacks:  # no measurable point: no legend (matplotlib warns on an empty one)
+        axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return figure
 
 
