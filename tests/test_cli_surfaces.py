@@ -111,3 +111,18 @@ def test_compare_prints_full_attack_labels_and_auc_in_percent(tmp_path):
     table = comparison(load_views(runs))
     auc = table.rows[0][table.header.index("loss AUC")]
     assert 20 < float(auc) <= 100  # percent, not a fraction
+
+
+def test_warnings_are_one_line_and_library_internals_are_filtered(capsys, monkeypatch):
+    from miaudit.cli.usage import PACKAGE, one_line_warning
+
+    monkeypatch.delenv("MIAUDIT_WARNINGS", raising=False)
+    one_line_warning(UserWarning("weights file\n  damaged: retraining"), UserWarning,
+                     f"{PACKAGE}/training/checkpoint.py", 10)
+    one_line_warning(UserWarning("Secure RNG turned off"), UserWarning,
+                     "/usr/lib/python3/site-packages/opacus/privacy_engine.py", 98)
+    assert capsys.readouterr().err == "warning: weights file damaged: retraining\n"
+    monkeypatch.setenv("MIAUDIT_WARNINGS", "all")
+    one_line_warning(UserWarning("Secure RNG turned off"), UserWarning,
+                     "/usr/lib/python3/site-packages/opacus/privacy_engine.py", 98)
+    assert capsys.readouterr().err == "warning: Secure RNG turned off (privacy_engine.py:98)\n"

@@ -8,7 +8,10 @@ non-standalone mode and prints those errors itself."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -31,6 +34,13 @@ class OneLineErrors(TyperGroup):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        shown, warnings.showwarning = warnings.showwarning, one_line_warning
+        try:
+            self._main_standalone(*args, **kwargs)
+        finally:
+            warnings.showwarning = shown
+
+    def _main_standalone(self, *args: Any, **kwargs: Any) -> None:
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except _NoArgsIsHelp as error:
@@ -56,3 +66,18 @@ def interrupted() -> None:
     command resumes), exit code 130 as a shell reports SIGINT."""
     print("interrupted: rerun the same command to resume", file=sys.stderr)
     sys.exit(INTERRUPTED)
+
+
+PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                     lineno: int, file: Any = None, line: str | None = None) -> None:
+    """How the command line shows a warning: miaudit's own as one ``warning:`` line (no
+    source line); a library's internal ones (torch, opacus, transformers...: nothing a user
+    of miaudit can act on) not at all, unless ``MIAUDIT_WARNINGS=all``."""
+    ours = str(Path(filename).resolve()).startswith(PACKAGE)
+    if not ours and os.environ.get("MIAUDIT_WARNINGS", "") != "all":
+        return
+    where = "" if ours else f" ({Path(filename).name}:{lineno})"
+    print(f"warning: {' '.join(str(message).split())}{where}", file=file or sys.stderr)
