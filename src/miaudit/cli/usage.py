@@ -34,7 +34,9 @@ class OneLineErrors(TyperGroup):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
-        shown, warnings.showwarning = warnings.showwarning, one_line_warning
+        shown = warnings.showwarning
+        if not recording_warnings():  # a caller that records warnings keeps them
+            warnings.showwarning = one_line_warning
         try:
             self._main_standalone(*args, **kwargs)
         finally:
@@ -69,6 +71,12 @@ def interrupted() -> None:
 
 
 PACKAGE = str(Path(__file__).resolve().parents[1])
+_PRINTING = getattr(warnings, "_showwarnmsg_impl", None)  # how Python prints, unrecorded
+
+
+def recording_warnings() -> bool:
+    """True inside ``warnings.catch_warnings(record=True)`` (a test, a library user)."""
+    return getattr(warnings, "_showwarnmsg_impl", None) is not _PRINTING
 
 
 def one_line_warning(message: Warning | str, category: type[Warning], filename: str,
