@@ -243,3 +243,45 @@ def test_whitebox_boundary_matches_the_linear_distance():
     found = out.max(-1).values - 1
     assert torch.equal(out.argmax(-1), labels)
     torch.testing.assert_close(found, truth, rtol=1e-3, atol=1e-5)
+
+
+# -- QMIA's population, held-out coverage and input scaling (issue 76) -------------------------
+def test_qmia_refuses_target_nonmembers_as_population():
+    """Fitted on the non-members it then scores, the regressor's quantile sits above them by
+    construction: under a null target TPR@1% read 6-10% instead of 1%."""
+    from miaudit.config import build_attack
+    from miaudit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="target_nonmembers"):
+        build_attack("qmia:population=target_nonmembers")
+
+
+def test_qmia_reports_coverage_on_population_it_never_fitted():
+    """s ~ N(3 f, 1) on non-members: the held-out fifth's coverage of the 90% quantile is near
+    0.9 (the fitted part's would read higher when the MLP overfits: it is the one reported)."""
+    rng = np.random.default_rng(2)
+    n, pop = 400, 3000
+    f = rng.normal(size=n + pop)
+    member = np.r_[np.arange(n) % 2 == 0, np.zeros(pop, dtype=bool)]
+    logits = np.zeros((1, n + pop, 1, 2), dtype=np.float32)
+    logits[0, :, 0, 1] = 3 * f + rng.normal(size=n + pop)
+    data = AttackInput(logits, np.ones(n + pop, dtype=np.int64), member[None], ["identity"],
+                       population=np.arange(n, n + pop), features=f[:, None])
+    info = ATTACKS.build("qmia", alpha=0.1, epochs=200).evaluate(data, 0, np.array([], int)).info
+    assert info["holdout_size"] == 600 and info["population_size"] == 3000
+    assert abs(info["holdout_coverage"] - 0.9) < 0.04, info
+
+
+def test_qmia_input_scaling_has_a_spread_floor_and_sigma_is_bounded():
+    from miaudit.attacks.qmia import SIGMA_BOUNDS, log_sigma_bounds, standardize
+
+    rng = np.random.default_rng(0)
+    inputs = np.c_[rng.normal(size=200), rng.normal(size=200),
+                   np.r_[np.zeros(199), 1.0] * 1e-3]  # a near-constant third feature
+    inputs[-1, 2] = 0.5  # outside the fitted rows it varies
+    scaled = standardize(inputs, np.arange(199))
+    assert np.abs(scaled).max() < 10  # without the floor: 0.5 / 1e-12
+    low, high = log_sigma_bounds(torch.tensor([0.0, 2.0, 4.0]))
+    spread = float(torch.tensor([0.0, 2.0, 4.0]).std())
+    assert np.exp(low) == pytest.approx(SIGMA_BOUNDS[0] * spread)
+    assert np.exp(high) == pytest.approx(SIGMA_BOUNDS[1] * spread)

@@ -126,8 +126,9 @@ def test_compare_paired_prints_each_run_minus_the_first(tmp_path):
                   show_progress=False).run_dir
             for extra in ({}, {"train": {"epochs": 2, "batch_size": 32, "lr": 0.1}},
                           {"seed": 4})]
-    result = CliRunner().invoke(app, ["compare", *map(str, runs), "--paired"],
-                                env={"COLUMNS": "250"})
+    page = tmp_path / "cmp.html"
+    result = CliRunner().invoke(app, ["compare", *map(str, runs), "--paired", "--html",
+                                      str(page)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     start = lines.index(next(line for line in lines if "paired differences" in line))
@@ -135,9 +136,15 @@ def test_compare_paired_prints_each_run_minus_the_first(tmp_path):
     # 40 non-members: TPR@0.1% is not measurable; AUC: the difference with its interval
     cells = [cell.strip() for cell in row_2.split("│")[1:-1]]
     assert cells[1:3] == ["loss", "n/m"]
-    assert re.fullmatch(r"[+-]\d\.\d{3} \[[+-]\d\.\d{3}, [+-]\d\.\d{3}\]", cells[4])
+    # AUC in percentage points, as every table's percent (issue 76: a fraction here)
+    assert re.fullmatch(r"[+-]\d+\.\d{2} \[[+-]\d+\.\d{2}, [+-]\d+\.\d{2}\]", cells[4])
     auc = [RunView(run).attacks["loss"].auc for run in runs[:2]]
-    assert float(cells[4].split()[0]) == pytest.approx(auc[1] - auc[0], abs=6e-4)
+    assert float(cells[4].split()[0]) == pytest.approx(100 * (auc[1] - auc[0]), abs=6e-2)
+    # the paired differences are in the HTML too, the tables scroll with a sticky run column
+    html = page.read_text()
+    assert "Paired differences (run - run 1)" in html and 'id="paired"' in html
+    assert cells[4].split()[0] in html and "not paired: the audits score different" in html
+    assert html.count('<div class="scroll">') == 2 and "position:sticky" in html
     assert any(line.startswith("│ 3.") and "not paired: the audits score different pool "
                "samples" in line for line in lines[start:])  # another seed, another split
 

@@ -8,6 +8,7 @@ goes to $MIAUDIT_ARTIFACTS (a CI artefact folder) or to pytest's temporary folde
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,12 @@ def test_report_renders_in_chromium(browser, tmp_path):
     assert len(page.svg_widths) == 3 and min(page.svg_widths) > 300  # LiRA, RMIA, baselines
     assert page.table_rows == len(ATTACKS)
     assert page.title == "miaudit: tiny"
+    # every figure has visible axes whose tick labels are numbers (issue 76: each log-axis
+    # label read "$\\mathdefault{10^{-3}}$")
+    for ticks in page.svg_ticks:
+        assert len(ticks) >= 4 and all(width > 0 for _, width in ticks), ticks
+        assert not any("$" in text or "mathdefault" in text for text, _ in ticks), ticks
+        assert any(re.fullmatch(r"10−?\d+", text) for text, _ in ticks), ticks
     assert shot.stat().st_size > 10_000  # a real picture of the page, not a blank one
 
     view = RunView(results.run_dir)

@@ -76,6 +76,7 @@ def test_min_k_pp_by_hand():
 def test_min_k_pp_matches_a_brute_force_next_token_distribution():
     """mu and sigma as the model stores them (CausalLM._stats) against a direct computation."""
     torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers", reason="the text extra (pip install -e '.[text]')")
     from miaudit.models.causal_lm import causal_lm
 
     torch.manual_seed(0)

@@ -31,8 +31,35 @@ def test_default_threads(cores, count, workers, expected):
 
 def test_an_oversubscribed_machine_gets_one_thread(cores):
     cores(8)
-    assert threads.default_threads(load=7.9) == 4
-    assert threads.default_threads(load=8.0) == 1  # every core already busy
+    assert threads.default_threads(load=3.9) == 4
+    assert threads.default_threads(load=5.0) == 3  # three free cores
+    assert threads.default_threads(load=7.9) == 1  # every core busy but a tenth of one
+    assert threads.default_threads(load=8.0) == 1
+
+
+@pytest.mark.parametrize(("busy", "expected"), [(0.0, 2), (0.2, 2), (0.75, 1), (1.0, 1),
+                                                (1.6, 1), (5.0, 1)])
+def test_two_cores_one_busy_never_get_two_threads(cores, busy, expected):
+    """The issue-76 case: a 2-core machine where another process keeps one core busy got
+    torch's 2 threads, which spin and wait for each other (6 minutes instead of 1)."""
+    cores(2)
+    assert threads.default_threads(load=busy) == expected
+
+
+def test_busy_cores_sees_a_job_the_load_average_has_not_caught_up_with(monkeypatch):
+    """/proc/stat sampled: 150 of 200 jiffies busy on 2 cores = 1.5 busy cores, though the
+    1-minute load average still reads 0.1."""
+    samples = iter([(1000.0, 5000.0), (1150.0, 5200.0)])
+    monkeypatch.setattr(threads, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(threads, "machine_load", lambda: 0.1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert threads.busy_cores(sample_seconds=0.0) == pytest.approx(1.5)
+
+
+def test_busy_cores_falls_back_to_the_load_average_without_proc_stat(monkeypatch):
+    monkeypatch.setattr(threads, "_cpu_times", lambda: None)
+    monkeypatch.setattr(threads, "machine_load", lambda: 0.7)
+    assert threads.busy_cores(sample_seconds=0.0) == 0.7
 
 
 def test_explicit_omp_num_threads_wins(cores, monkeypatch):

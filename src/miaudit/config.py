@@ -267,11 +267,12 @@ class AuditConfig(_Strict):
     # where the per-model train jobs run: local (in this process), processes (a worker pool here)
     # or ray (see miaudit.executors)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    # torch intra-op threads: None keeps torch's choice; "auto" picks from the cores and the
-    # load (miaudit._runtime.threads.default_threads; fastest on a shared machine, but the thread
-    # count,
-    # and so the last bits of the weights, may then differ between runs)
-    threads: int | Literal["auto"] | None = Field(default=None)
+    # torch intra-op threads: "auto" (default) one per free core, measured from the load
+    # (miaudit._runtime.threads.default_threads: torch's own choice, every core, spins when another
+    # process holds one, 6x slower on a 2-core machine); a number pins it (the thread count,
+    # and so the last bits of the weights, may differ between runs under auto); None keeps
+    # torch's choice
+    threads: int | Literal["auto"] | None = Field(default="auto")
 
     @field_validator("threads")
     @classmethod
@@ -309,15 +310,19 @@ class AuditConfig(_Strict):
             raise ValueError(f"attack labels must be distinct, got {labels}")
         check_scores_names(labels)
         references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
-        for index, spec in enumerate(self.attacks):
-            attack = build_attack(spec, f"attacks[{index}]")
+        for label, spec in zip(labels, self.attacks):
+            attack = build_attack(spec, f"attack {label!r}")
             if attack.min_references > references:
-                raise ValueError(f"attacks[{index}] ({labels[index]}) needs at least "
-                                 f"{attack.min_references} reference models, this audit gives "
-                                 f"{references}; raise num_models")
+                raise ValueError(f"attack {label!r} needs at least {attack.min_references} "
+                                 f"reference models, this audit gives {references}; raise "
+                                 "num_models")
             if attack.needs_population and not self.data.population_size:
-                raise ValueError(f"attacks[{index}] ({labels[index]}) needs the attacker's "
-                                 "population data: set data.population_size (e.g. 0.1)")
+                raise ValueError(f"attack {label!r} needs the attacker's population data: set "
+                                 "data.population_size (e.g. 0.1)")
+            try:  # before training: an attack reading a query nobody collects
+                attack.check_queries(list(self.queries))
+            except ValueError as error:
+                raise ValueError(f"attack {label!r}: {error}") from None
         if self.memorization_attack is not None and self.memorization_attack not in labels:
             raise ValueError(f"memorization_attack {self.memorization_attack!r} is not one of "
                              f"the attacks {labels}")
@@ -394,4 +399,4 @@ def validate_config(raw: dict[str, Any]) -> AuditConfig:
     try:
         return AuditConfig.model_validate(raw)
     except ValidationError as error:
-        raise ConfigError(format_errors(error)) from None
+        raise ConfigError(format_errors(error, AuditConfig)) from None

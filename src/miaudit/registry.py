@@ -21,6 +21,7 @@ against the constructor's signature by :meth:`Registry.check_options` before any
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import inspect
 import os
@@ -81,12 +82,21 @@ class Registry(Generic[T]):
             if name in self._entries:
                 return self._entries[name]
             valid = ", ".join(self.names()) or "(none)"
-            raise UnknownNameError(f"unknown {self.kind} {name!r}; valid: {valid} (or an import "
-                                   "path 'package.module:name')")
+            raise UnknownNameError(f"unknown {self.kind} {name!r}{self.hint(name)}; valid: "
+                                   f"{valid} (or an import path 'package.module:name')")
         importlib.import_module(module)
         if name not in self._entries:  # a bug of ours, not the user's: keep the traceback
             raise RuntimeError(f"module {module} did not register {self.kind} {name!r}")
         return self._entries[name]
+
+    def hint(self, name: str) -> str:
+        """", did you mean 'lira'?" for a close misspelling; for a comma-separated list of
+        names (``--attacks lira,rmia``) the separator to use; else ""."""
+        if "," in name and all(part.strip() in self for part in name.split(",")):
+            return (f" (attacks are separated by ';', not ',': "
+                    f"{';'.join(part.strip() for part in name.split(','))!r})")
+        close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.6)
+        return f", did you mean {close[0]!r}?" if close else ""
 
     def option_default(self, name: str, option: str) -> Any:
         """The default value of keyword ``option`` of entry ``name``'s constructor; None when
@@ -286,7 +296,7 @@ def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if sep and rest.strip() and "=" not in rest:  # an import path "package.module:attribute"
         return spec.strip(), {}
     options: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
+    for item in filter(None, (part.strip() for part in split_top_level(rest))):
         key, sep, raw = item.partition("=")
         if not sep:
             raise ConfigError(f"spec {spec!r}: option {item!r} is not key=value")
@@ -310,7 +320,24 @@ def check_size(value: Any, where: str = "options", limit: int = MAX_OPTION_ITEMS
             stack.extend(item)
 
 
+def split_top_level(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets: ``"queries=[identity,shift:dx=1],x=2"``
+    -> ``["queries=[identity,shift:dx=1]", "x=2"]``."""
+    parts, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        depth += {"[": 1, "(": 1, "]": -1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:position])
+            start = position + 1
+    return [*parts, text[start:]]
+
+
 def _literal(raw: str) -> Any:
+    if raw.startswith("[") and raw.endswith("]"):  # a list, its strings unquoted or not
+        try:
+            return ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return [_literal(item.strip()) for item in split_top_level(raw[1:-1]) if item.strip()]
     lowered = raw.lower()
     if lowered in ("true", "false"):
         return lowered == "true"

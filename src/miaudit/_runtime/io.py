@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -306,22 +307,61 @@ def sweep_temporaries(root: Path) -> int:
 
 def plain_text(figure: Any) -> None:
     """Draw every text of ``figure`` as written: user text (attack labels, run names) is
-    never matplotlib math, so a label such as "$\\foo$" cannot fail the rendering."""
+    never matplotlib math, so a label such as "$\\foo$" cannot fail the rendering. Tick labels
+    are left alone (see :func:`axis_generated_texts`)."""
     from matplotlib.text import Text
 
+    generated = {id(text) for text in axis_generated_texts(figure)}
     for text in figure.findobj(Text):
-        text.set_parse_math(False)
+        if id(text) not in generated:
+            text.set_parse_math(False)
+
+
+def axis_generated_texts(figure: Any) -> list[Any]:
+    """Texts that matplotlib's tick formatters write (tick labels such as
+    ``$\\mathdefault{10^{-3}}$`` on a log axis, the offset text): they are math by design, and
+    drawn as written they would read as that raw string."""
+    texts = []
+    for axes in figure.axes:
+        for axis in (axes.xaxis, axes.yaxis):
+            texts.append(axis.get_offset_text())
+            for tick in (*axis.get_major_ticks(), *axis.get_minor_ticks()):
+                texts.extend((tick.label1, tick.label2))
+    return texts
 
 
 def save_figure(figure: Any, path: str | Path, dpi: int = 120) -> Path:
-    """Save a matplotlib figure atomically (format from the suffix) and close it."""
+    """Save a matplotlib figure atomically (format from the suffix) and close it. A PNG gets
+    vector copies beside it (same stem, ``.svg`` with text as text, and ``.pdf``) for papers."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     path = Path(path)
     plain_text(figure)
+    formats = [path.suffix.lstrip(".") or "png"]
+    if formats == ["png"]:
+        formats += ["svg", "pdf"]
     try:
-        atomic_write(path, lambda tmp: figure.savefig(tmp, dpi=dpi,
-                                                      format=path.suffix.lstrip(".") or "png"))
+        for form in formats:
+            target = path.with_suffix(f".{form}") if form != formats[0] else path
+            with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": target.stem}):
+                atomic_write(target, lambda tmp, form=form: _save_as(figure, tmp, dpi, form))
     finally:
         plt.close(figure)
     return path
+
+
+def _save_as(figure: Any, path: Path, dpi: int, form: str) -> None:
+    """One format of a figure; an SVG without the comments in which matplotlib repeats each
+    text's source (a tick label's ``$\\mathdefault{...}$``), and without a creation date."""
+    if form != "svg":
+        metadata = {"CreationDate": None} if form == "pdf" else None
+        figure.savefig(path, dpi=dpi, format=form, metadata=metadata)
+        return
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    Path(path).write_text(strip_svg_comments(buffer.getvalue()), encoding="utf-8")
+
+
+def strip_svg_comments(svg: str) -> str:
+    return re.sub(r"[ \t]*<!--.*?-->\n?", "", svg, flags=re.S)

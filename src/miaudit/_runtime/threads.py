@@ -8,9 +8,11 @@ other busy agents (load average 6.3-7.0): 1 thread 0.376 s/epoch (min 0.255, max
 threads of one operator wait for each other at every barrier (and OpenMP teams spin while they
 wait), so a second thread costs far more than it could gain; small models gain little from it
 even on an idle machine (their kernels last microseconds, the fork/join per operator is of the
-same order). Hence the policy of :func:`default_threads`: never more threads than cores this
-process may run on, at most 4, shared among parallel workers, and 1 when other processes
-already keep every core busy.
+same order). Hence the policy of :func:`default_threads` (the default, ``threads: auto``): one
+thread per *free* core (the cores this process may run on, less those other processes keep
+busy, measured as the larger of the 1-minute load average and a 0.2 s sample of
+``/proc/stat``), at most 4, shared among parallel workers, at least 1: on a 2-core machine with
+one busy process that is 1 thread, never 2.
 
 Reproducibility: CPU kernels may sum in another order with another thread count, so bitwise
 equal results across runs need the same ``threads``; set ``threads`` (or ``--threads``) to pin
@@ -19,9 +21,13 @@ it, since this default depends on the machine and its load.
 
 from __future__ import annotations
 
+import math
 import os
+import time
 
 MAX_THREADS = 4
+SAMPLE_SECONDS = 0.2
+FREE_SLACK = 0.3  # free = floor(cores - busy + slack): a core busy >= 70% of the time is taken
 
 
 def available_cores() -> int:
@@ -40,16 +46,48 @@ def machine_load() -> float:
         return 0.0
 
 
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of all cores from ``/proc/stat``, None where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = [float(v) for v in handle.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(sample_seconds: float = SAMPLE_SECONDS) -> float:
+    """Cores other processes keep busy now: the larger of the 1-minute load average (slow to
+    see a job that just started) and the busy share of all cores over ``sample_seconds`` of
+    ``/proc/stat`` (this process sleeps meanwhile, so what it sees is the others)."""
+    load = machine_load()
+    before = _cpu_times()
+    if before is None:
+        return load
+    time.sleep(sample_seconds)
+    after = _cpu_times()
+    if after is None or after[1] <= before[1]:
+        return load
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    cores = os.cpu_count() or available_cores()
+    return max(load, share * cores)
+
+
+def free_cores(busy: float) -> int:
+    """Available cores less ``busy`` ones, rounded so that a core busy 70% or more of the
+    time counts as taken (two threads on a 2-core machine with one busy process would wait
+    for each other at every operator), at least 1."""
+    return max(1, math.floor(available_cores() - busy + FREE_SLACK))
+
+
 def default_threads(workers: int = 1, load: float | None = None) -> int:
-    """torch intra-op threads when the config leaves ``threads`` unset: 1 when the machine is
-    already oversubscribed (``load``, default the 1-minute load average, at least the number of
-    cores), else the available cores shared among ``workers`` parallel training processes,
-    capped at :data:`MAX_THREADS`, at least 1. An explicit ``OMP_NUM_THREADS`` (the user's
-    own choice) wins."""
+    """torch intra-op threads for ``threads: auto`` (the default): one per free core
+    (:func:`free_cores` of ``load``, default :func:`busy_cores` measured now) shared among
+    ``workers`` parallel training processes, capped at :data:`MAX_THREADS`, at least 1. An
+    explicit ``OMP_NUM_THREADS`` (the user's own choice) wins."""
     explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)
-    cores = available_cores()
-    if (machine_load() if load is None else load) >= cores:
-        return 1
-    return max(1, min(MAX_THREADS, cores // max(1, workers)))
+    free = free_cores(busy_cores() if load is None else load)
+    return max(1, min(MAX_THREADS, free // max(1, workers)))

@@ -77,43 +77,74 @@ def enough_references(counts: list[int], tpr: list[float],
                     "log_step_per_doubling": float(slope)}}
 
 
+def references_at(count: int, ordered: np.ndarray, own: np.ndarray) -> np.ndarray:
+    """The first ``count`` of the nested order; at the audit's own count the references
+    exactly as the audit passed them (same order), so that row reproduces its table."""
+    return own if count == len(own) else ordered[:count]
+
+
 def plan_attack(attack: Any, data: AttackInput, targets: list[int],
                 references: Callable[[int], np.ndarray], audited: np.ndarray,
                 pair_of: Callable[[int], int]) -> dict[str, Any]:
-    """Pooled metrics of one attack at each reference count, and the planner's verdict."""
-    ordered = {t: nested_order(references(t), pair_of) for t in targets}
+    """Pooled metrics of one attack at each reference count, and the planner's verdict. A
+    count at which the attack cannot score (e.g. Shokri's folds leave no member/non-member
+    contrast) is listed in ``skipped`` with the attack's reason; the row at the audit's own
+    count is scored exactly as the audit scored it. ``references`` holds the counts the attack
+    says it used (Shokri with folds trains on the references outside the target's fold)."""
+    own = {t: np.asarray(references(t)) for t in targets}
+    ordered = {t: nested_order(own[t], pair_of) for t in targets}
     available = min(len(r) for r in ordered.values())
     counts = reference_counts(available, attack.min_references)
     members = data.keep[targets][:, audited]
     # the audit's own intervals: the crossed bootstrap over targets and samples, the same
     # resamples at every count (miaudit.stats.intervals, as the score stage computes them)
     resamples = intervals.Resamples.draw(len(targets), len(audited))
-    rows: dict[str, list[Any]] = {"references": counts, "auc": []}
+    rows: dict[str, list[Any]] = {"references": [], "references_passed": [], "auc": []}
     keys = [metrics.tpr_key(level) for level in PLANNER_LEVELS]
     for key in keys:
         names = metrics.MetricKeys(key)
         rows[names.value], rows[names.ci], rows[names.measurable] = [], [], []
+    skipped: dict[str, str] = {}
     for count in counts:
-        scores = np.stack([np.asarray(attack.score(data, t, ordered[t][:count]))[audited]
-                           for t in targets])
+        try:
+            outcomes = [attack.evaluate(data, t, references_at(count, ordered[t], own[t]))
+                        for t in targets]
+        except ValueError as error:
+            skipped[str(count)] = str(error)
+            continue
+        scores = np.stack([np.asarray(o.scores)[audited] for o in outcomes])
         summary = intervals.pooled_intervals(
             metrics.summarize(scores.ravel(), members.ravel(), fpr_levels=PLANNER_LEVELS),
             intervals.replicate_metrics(scores, members, resamples, PLANNER_LEVELS),
             resamples.method)
+        used = {o.info.get("training_models", count) for o in outcomes}
+        rows["references"].append(int(min(used)))
+        rows["references_passed"].append(count)
         rows["auc"].append(summary["auc"])
         for key in keys:
             names = metrics.MetricKeys(key)
             for name in (names.value, names.ci, names.measurable):
                 rows[name].append(summary[name])
+    if not rows["references"]:
+        return {**rows, "enough_references": None, "skipped": skipped,
+                "how": "cannot be planned: " + "; ".join(sorted(set(skipped.values())))}
     headline = metrics.MetricKeys(keys[0])
     low, high = rows[headline.ci][-1]
     if not all(rows[headline.measurable]):
         verdict = {"references": None, "how": f"{keys[0]} not measurable at some count (tied "
                                               "top scores or too few non-members)"}
     else:
-        verdict = enough_references(counts, rows[keys[0]], (high - low) / 2)
+        verdict = enough_references(rows["references"], rows[keys[0]], (high - low) / 2)
     return {**rows, "enough_references": verdict["references"], "how": verdict["how"],
+            **({"skipped": skipped} if skipped else {}),
             **({"fit": verdict["fit"]} if "fit" in verdict else {})}
+
+
+def enough_sentence(rows: dict[str, Any]) -> str:
+    """"enough references: 8 (observed)", or a sentence saying why there is no number."""
+    if rows["enough_references"] is not None:
+        return f"enough references: {rows['enough_references']} ({rows['how']})"
+    return f"enough references: not determined ({rows['how']})"
 
 
 def plan_references(data: AttackInput, specs: list[Spec], targets: list[int],
@@ -144,9 +175,12 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
     """Plain-text lines of the planner's table (for ``miaudit plan``)."""
     lines = []
     for label, rows in plan["attacks"].items():
-        lines.append(f"{label}: enough references = {rows['enough_references']} "
-                     f"({rows['how']})")
-        lines.append(f"  {'refs':>5s} {'AUC':>6s} "
+        lines.append(f"{label}: {enough_sentence(rows)}")
+        for count, reason in rows.get("skipped", {}).items():
+            lines.append(f"  {int(count):5d} references: not scored ({reason})")
+        if not rows["references"]:
+            continue
+        lines.append(f"  {'refs':>5s} {'AUC':>7s} "
                      + " ".join(f"{'TPR@' + metrics.level_name(v) + ' [interval]':>24s}"
                                 for v in PLANNER_LEVELS))
         for i, count in enumerate(rows["references"]):
@@ -154,7 +188,8 @@ def format_plan(plan: dict[str, Any]) -> list[str]:
                      f"{100 * rows[k + '_ci'][i][1]:.2f}]"
                      if rows[metrics.MetricKeys(k).measurable][i] else "n/m"
                      for k in map(metrics.tpr_key, PLANNER_LEVELS)]
-            lines.append(f"  {count:5d} {rows['auc'][i]:6.3f} {cells[0]:>24s} {cells[1]:>24s}")
+            lines.append(f"  {count:5d} {100 * rows['auc'][i]:6.2f}% {cells[0]:>24s} "
+                         f"{cells[1]:>24s}")
     if plan["reference_free"]:
         lines.append(f"reference-free (not planned): {', '.join(plan['reference_free'])}")
     lines.append("intervals: " + plan["interval"] + "; n/m: not measurable")

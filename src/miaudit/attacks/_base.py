@@ -135,6 +135,15 @@ class Attack:
     #: also apply to text
     modalities: tuple[str, ...] = ("classes",)
 
+    def check_queries(self, query_names: list[str]) -> None:
+        """Raise ValueError naming the query to add when the audit's ``query_names`` lack one
+        this attack reads (an audit checks it before training anything)."""
+        named = getattr(self, "queries", None)
+        missing = [q for q in named or [] if q not in query_names]
+        if missing:
+            raise ValueError(f"reads queries {missing}, which the audit does not collect "
+                             f"({query_names}); add them to queries")
+
     def caveats(self, references: int) -> list[str]:
         """Warnings about this attack's numbers with ``references`` reference models, shown
         beside its row in the table and the report (e.g. a setting the paper advises against

@@ -22,18 +22,25 @@ def label_columns(data: AttackInput, queries: list[str] | None, kind: str,
                   attack: str) -> np.ndarray:
     """Indices of the ``kind`` ("label" / "boundary") query columns the attack reads: the
     named ones (each must be of that kind), or every such column."""
+    return data.query_index(label_queries(data.query_names, queries, kind, attack))
+
+
+def label_queries(query_names: list[str], queries: list[str] | None, kind: str,
+                  attack: str) -> list[str]:
+    """The ``kind`` query specs the attack reads among the audit's ``query_names``; a
+    ValueError naming the query to add when there is none."""
     if queries is None:
-        queries = [n for n in data.query_names if is_label_only(n) and query_name(n) == kind]
+        queries = [n for n in query_names if is_label_only(n) and query_name(n) == kind]
         if not queries:
             raise ValueError(f"{attack} needs '{kind}' queries (label-only outputs), but the "
-                             f"audit collected {data.query_names}; add e.g. "
+                             f"audit collects {query_names}; add e.g. "
                              f"{'labels18' if kind == 'label' else 'boundary:budget=1000'} "
                              "to queries")
     wrong = [q for q in queries if not (is_label_only(q) and query_name(q) == kind)]
     if wrong:
         raise ValueError(f"{attack} reads labels only: queries {wrong} are not '{kind}' "
                          "queries")
-    return data.query_index(queries)
+    return queries
 
 
 def calibrate(values: np.ndarray, data: AttackInput, target: int, references: np.ndarray,
@@ -57,6 +64,11 @@ class _LabelOnlyAttack(Attack):
 
     min_references = 0
     name = ""
+    kind = ""  # the label-only query kind it reads: "label" or "boundary"
+
+    def check_queries(self, query_names: list[str]) -> None:
+        super().check_queries(query_names)
+        label_queries(query_names, self.queries, self.kind, self.name)
 
     def __init__(self, queries: list[str] | None = None, calibrate: bool = False):
         if not isinstance(calibrate, bool):
@@ -93,6 +105,7 @@ class LabelAugmentation(_LabelOnlyAttack):
     """
 
     name = "label_augmentation"
+    kind = "label"
 
     def values(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
         """(len(models), N) fraction of the label columns whose label is the true one."""
@@ -120,6 +133,7 @@ class BoundaryDistance(_LabelOnlyAttack):
     """
 
     name = "boundary_distance"
+    kind = "boundary"
 
     def values(self, data: AttackInput, models: np.ndarray) -> np.ndarray:
         qidx = label_columns(data, self.queries, "boundary", "boundary_distance")

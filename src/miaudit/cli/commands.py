@@ -82,9 +82,9 @@ def audit(
     executor: Annotated[str | None, typer.Option(help="local | processes (a worker pool here) "
                         "| ray (a local Ray cluster); options with --set executor.workers=4, "
                         "executor.address=auto etc.")] = None,
-    threads: Annotated[str | None, typer.Option(help="torch intra-op threads, or auto (from "
-                       "the cores and the load); default: torch's choice. Set it on a "
-                       "machine with other load: 2 threads there can be 15x slower than 1")]
+    threads: Annotated[str | None, typer.Option(help="torch intra-op threads; default auto: one "
+                       "per core that no other process keeps busy (measured when the audit "
+                       "starts); a number pins it")]
     = None,
     quiet: Annotated[bool, typer.Option(help="no progress bars")] = False,
     wait: Annotated[bool, typer.Option(help="wait for another process working in the same "
@@ -139,7 +139,12 @@ def score(
     population: Annotated[Path | None, typer.Option(help="(P,) indices of samples no model "
                           "trained on: the attacker's population data, never scored")] = None,
     attacks: Annotated[str | None, typer.Option(help="';'-separated attack specs (default: "
-                       "the default audit's suite; for token log-probs the text suite)")] = None,
+                       "the default audit's suite, less the attacks that need population "
+                       "data when none is given; for token log-probs the text suite)")] = None,
+    query_names: Annotated[str | None, typer.Option(help="';'-separated names of the logits' "
+                           "queries, in order (e.g. 'identity;shift:dx=1'): accuracy is "
+                           "measured on 'identity'; a bundle may hold them ('queries' array "
+                           "in a .npz, 'query_names' metadata in a .safetensors)")] = None,
     out: Annotated[Path, typer.Option(help="run directory to write")] = Path("runs/scored"),
     epoch: Annotated[int | None, typer.Option(help="LiRA layout: logits of this epoch "
                      "(default: the latest)")] = None,
@@ -154,16 +159,18 @@ def score(
     from miaudit.results.scoring import score_outputs
 
     specs = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
+    names = [q.strip() for q in query_names.split(";") if q.strip()] if query_names else None
     indices = None if population is None else read_population(population)
     if source is not None:
         folder = {**({"epoch": epoch} if epoch is not None else {}),
                   **({"labels": labels} if labels is not None else {})}
         outputs = read_any(source, population=indices, balance=balance,
+                           **({"query_names": names} if names else {}),
                            **(folder if source.is_dir() else {}))
     elif keep and logits and labels is not None:
         outputs = read_outputs(keep if len(keep) > 1 else keep[0],
                                logits if len(logits) > 1 else logits[0], labels,
-                               balance=balance, population=indices)
+                               balance=balance, population=indices, query_names=names)
     else:
         raise MiauditError("give a LiRA folder or bundle file, or --keep, --logits and "
                            "--labels")
@@ -171,10 +178,26 @@ def score(
         from miaudit.auditor.text_audit import default_text_attacks
 
         specs = default_text_attacks(outputs, indices is not None) \
-            if outputs.modality == "text" else list(DEFAULT_ATTACKS)
+            if outputs.modality == "text" else without_population(list(DEFAULT_ATTACKS),
+                                                                  indices is not None)
     results = score_outputs(outputs, specs, out, population=indices,
                             name=out.name)
     print_summary(results.summary, console)
+
+
+def without_population(specs: list, has_population: bool) -> list:
+    """The default suite less the attacks that need population data when none is given,
+    with one line saying which."""
+    from miaudit.config import attack_label, build_attack
+
+    if has_population:
+        return specs
+    needing = [s for s in specs if build_attack(s).needs_population]
+    if needing:
+        console.print(f"note: skipping {', '.join(attack_label(s)[0] for s in needing)} "
+                      "(they need population data: pass --population)", markup=False,
+                      highlight=False)
+    return [s for s in specs if s not in needing]
 
 
 @user_errors()

@@ -39,13 +39,17 @@ def compare(
     chosen = [a.strip() for a in attacks.split(";") if a.strip()] if attacks else None
     table = comparison(load_views(run_dirs), chosen)
     console.print(rich_table(table))
+    paired_page = ""
     if paired:
-        from miaudit.reporting.paired_table import paired_rows, paired_table
+        from miaudit.reporting.paired_table import paired_html, paired_rows, paired_table
 
         labels = [f"{number}. {label}" for number, label in enumerate(table.labels, start=1)]
-        console.print(paired_table(paired_rows(table.views, labels, table.attacks)))
+        rows = paired_rows(table.views, labels, table.attacks)
+        console.print(paired_table(rows))
+        paired_page = paired_html(rows)
     if html is not None:
-        console.print(f"HTML comparison: {write_compare_html(table, html)}", markup=False)
+        console.print(f"HTML comparison: {write_compare_html(table, html, paired_page)}",
+                      markup=False)
 
 
 def html_report(run_dir: Path, summary: Summary) -> Path:

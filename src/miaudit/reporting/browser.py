@@ -37,6 +37,8 @@ class PageCheck:
     svg_widths: list[float] = field(default_factory=list)
     table_rows: int = 0
     page_height: int = 0
+    #: per inline <svg>, its axes' tick labels as drawn: (text, rendered width in px)
+    svg_ticks: list[list[tuple[str, float]]] = field(default_factory=list)
 
 
 def find_binaries() -> tuple[str, str]:
@@ -71,12 +73,15 @@ def _driver(width: int, height: int):  # -> selenium WebDriver
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)
 
 
-_READ_PAGE = """
+_READ_PAGE = r"""
 return {
   images: Array.from(document.images).map(i => [i.alt || i.src.slice(0, 40),
                                                  i.complete ? i.naturalWidth : 0]),
   svgs: Array.from(document.querySelectorAll('svg')).map(s => s.getBoundingClientRect().width),
   rows: document.querySelectorAll(arguments[0]).length,
+  ticks: Array.from(document.querySelectorAll('svg')).map(s => Array.from(
+    s.querySelectorAll('g[id^="xtick_"] text, g[id^="ytick_"] text')).map(t => [
+      t.textContent.replace(/\s+/g, ''), t.getBoundingClientRect().width])),
   height: document.documentElement.scrollHeight,
 };
 """
@@ -107,7 +112,9 @@ def check_page(path: Path, *, screenshot: Path | None = None, width: int = 1280,
         return PageCheck(title=driver.title, console_errors=errors,
                          images=[(str(a), int(w)) for a, w in seen["images"]],
                          svg_widths=[float(w) for w in seen["svgs"]], table_rows=int(seen["rows"]),
-                         page_height=int(seen["height"]))
+                         page_height=int(seen["height"]),
+                         svg_ticks=[[(str(t), float(w)) for t, w in ticks]
+                                    for ticks in seen["ticks"]])
     finally:
         driver.quit()
 

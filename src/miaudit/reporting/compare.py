@@ -141,7 +141,7 @@ def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -
         acc = view.accuracy
         model = [f"{number}. {label}", pct(acc.train, 1), pct(acc.test, 1), pct(acc.gap, 1)]
         cells = [[_ci_cell(view.attacks[a].tpr("0.1%")), _value_cell(view.attacks[a].tpr("1%")),
-                  f"{view.attacks[a].auc:.3f}"] for a in chosen]
+                  pct(view.attacks[a].auc)] for a in chosen]
         if wide:
             rows.append(model + [c for group in cells for c in group])
         else:
@@ -181,7 +181,7 @@ def reference_notes(views: Sequence[RunView], attacks: Sequence[str]) -> list[st
     return notes
 
 
-CAPTION = ("Percent (AUC as a fraction); attacks pooled over each run's targets, TPR@0.1% "
+CAPTION = ("Percent (AUC too); attacks pooled over each run's targets, TPR@0.1% "
            "with its 95% interval (bootstrap over samples and targets: covers a rerun with new "
            "models; one fixed target: over samples only, model randomness not covered); n/m: "
            "not measurable; accuracies are the target models' means.")
@@ -192,7 +192,7 @@ def rich_table(table: Comparison) -> Table:
     out = Table(title="run comparison", caption=" ".join([CAPTION, *table.notes]))
     for index, name in enumerate(table.header):
         out.add_column(rich_escape(name), justify="left" if index == 0 or name == "attack"
-                       else "right")
+                       else "right", overflow="fold")  # full labels, never cut with "…"
     for row in table.rows:
         out.add_row(*(rich_escape(cell) for cell in row))
     return out
@@ -227,7 +227,16 @@ def privacy_utility_points(table: Comparison) -> list[dict[str, Any]]:
     return points
 
 
-def render_compare_html(table: Comparison) -> str:
+#: the comparison's tables scroll sideways inside the page, the run column stays in view
+COMPARE_CSS = (".scroll{overflow-x:auto;max-width:100%}"
+               ".scroll table{border-collapse:separate;border-spacing:0}"
+               ".scroll td:first-child,.scroll th:first-child{position:sticky;left:0;"
+               "background:#fff;z-index:1}"
+               ".scroll th{white-space:normal;overflow-wrap:anywhere;min-width:6em}")
+
+
+def render_compare_html(table: Comparison, paired: str = "") -> str:
+    """The page; ``paired``: the paired-differences table's HTML (``--paired``), or ""."""
     head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
     numeric = [i > 0 and name != "attack" for i, name in enumerate(table.header)]
     rows = "".join("<tr>" + "".join(
@@ -238,17 +247,19 @@ def render_compare_html(table: Comparison) -> str:
                    f"</code></li>" for v, label in zip(table.views, table.labels))
     note = "Points are numbered as the table's rows."
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>miaudit: run '
-            f"comparison</title><style>{CSS}</style></head><body><main>"
+            f"comparison</title><style>{CSS}{COMPARE_CSS}</style></head><body><main>"
             f"<h1>Run comparison</h1><p class=\"sub\">{len(table.views)} runs · "
             f"{escape(', '.join(table.attacks))}</p>"
-            f'<table id="compare"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+            f'<div class="scroll"><table id="compare"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table></div>"
             f'<p class="note">{escape(CAPTION)}</p>'
             + "".join(f'<p class="note"><b>Note</b>: {escape(n)}.</p>' for n in table.notes)
+            + (f"<h2>Paired differences (run - run 1)</h2>{paired}" if paired else "")
             + '<h2>Privacy-utility</h2>'
             f'<figure class="pu">{svg}<figcaption>{note}</figcaption></figure>'
             f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
 
 
-def write_compare_html(table: Comparison, out: Path) -> Path:
-    write_bytes(Path(out), render_compare_html(table).encode("utf-8"))
+def write_compare_html(table: Comparison, out: Path, paired: str = "") -> Path:
+    write_bytes(Path(out), render_compare_html(table, paired).encode("utf-8"))
     return Path(out)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit._runtime.io import plain_text
+from miaudit._runtime.io import plain_text, strip_svg_comments
 from miaudit.stats.metrics import MetricKeys
 
 # Attack families: one ROC panel each, so a panel compares variants of one method.
@@ -85,7 +85,7 @@ def to_svg(figure: Any, key: str) -> str:
             figure.savefig(buffer, format="svg", metadata={"Date": None})
     finally:
         plt.close(figure)
-    text = buffer.getvalue()
+    text = strip_svg_comments(buffer.getvalue())
     return re.sub(r"^.*?(<svg\b)", r"\1", text, count=1, flags=re.S)
 
 
@@ -141,7 +141,8 @@ def privacy_utility(points: Sequence[dict[str, Any]]) -> Any:
              title="privacy-utility: each point a run (bars: std over targets, 95% CI)")
     axis.title.set_fontsize(9)
     axis.grid(True, linewidth=0.3, alpha=0.5)
-    axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
+    if attacks:  # no measurable point: no legend (matplotlib warns on an empty one)
+        axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return figure
 
 
@@ -162,10 +163,20 @@ def planner_curves(planned: dict[str, dict[str, Any]], key: str) -> Any:
     axis.set(xscale="log", xlabel="reference models", ylabel=f"{key.upper()} FPR (%)",
              title=f"{key.upper()} against the number of references (dotted: enough)")
     axis.set_xscale("log", base=2)
+    # the counts planned, as plain numbers (a log2 axis would print 2^k between them)
+    counts = sorted({int(c) for rows in planned.values() for c in rows["references"]})
+    axis.set_xticks(counts, [str(c) for c in counts])
+    axis.xaxis.set_minor_locator(_null_locator())
     axis.title.set_fontsize(10)
     axis.grid(True, which="major", linewidth=0.3, alpha=0.5)
     axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return figure
+
+
+def _null_locator() -> Any:
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
 
 
 def roc_figure(curves: dict[str, tuple[np.ndarray, np.ndarray]], aucs: dict[str, float],

@@ -62,7 +62,9 @@ font-size:.78em;width:104px}
 .thumb img{width:88px;height:88px;image-rendering:pixelated;display:block;margin:0 auto 4px}
 .thumb:has(pre.text){width:300px;text-align:left}
 pre.text{white-space:pre-wrap;font-size:.95em;margin:0 0 4px;max-height:12em;overflow:auto}
-.note{color:#5a6473;font-size:.85em}tr.best td{background:#fff7e0;font-weight:600}
+.note{color:#5a6473;font-size:.85em}
+.caveat{background:#fff1f0;border-left:4px solid #c0392b;padding:.4em .7em}
+tr.best td{background:#fff7e0;font-weight:600}
 .bad{color:#b3261e;font-weight:600}.ok{color:#1e7b34;font-weight:600}
 pre{background:#fff;border:1px solid #dde1e7;padding:8px;overflow:auto;font-size:.8em}
 """
@@ -128,8 +130,13 @@ def headline(view: RunView) -> str:
         ("TPR at 1% FPR", _kpi_value(one), band(one)),
         ("AUC", f"{best.auc:.3f}", "" if auc.ci_simultaneous is None else
          f"[{auc.ci_simultaneous[0]:.3f}, {auc.ci_simultaneous[1]:.3f}]"),
-        ("test accuracy (gap)", pct(acc.test, 1) + "%", f"gap {pct(acc.gap, 1)} points"),
+        ("next-token accuracy (test)" if view.is_text else "test accuracy (gap)",
+         pct(acc.test, 1) + "%", f"gap {pct(acc.gap, 1)} points"),
     ]
+    if view.is_text:
+        stats = view.summary.target_models
+        kpis.append(("perplexity (test)", f"{stats.test_perplexity:.2f}",
+                     f"train {stats.train_perplexity:.2f}"))
     cards = "".join(f'<div class="kpi"><div class="l">{escape(label)}</div>'
                     f'<div class="v">{escape(value)}</div><div class="ci">{escape(ci)}</div>'
                     f"</div>" for label, value, ci in kpis)
@@ -137,13 +144,19 @@ def headline(view: RunView) -> str:
                f"training members ({escape(chance)})" if low.measurable else
                "TPR at 0.1% FPR is not measurable in this run (below 1/non-members, or tied "
                "top scores)")
-    sentence = (f"Strongest attack (largest TPR at 0.1% FPR of {len(view.attacks)}): "
+    level = view.headline_level
+    ranked = ("TPR at 0.1% FPR" if level == "0.1%" else
+              f"TPR at {level} FPR; TPR at 0.1% FPR is not measurable for any attack"
+              if level else "AUC; no TPR level is measurable for any attack")
+    sentence = (f"Strongest attack (largest {ranked}, of {len(view.attacks)}): "
                 f"<b>{escape(best.label)}</b>. {finding}; pooled over {len(view.targets)} "
                 f"target model(s). In brackets: 95% bands simultaneous over all "
                 f"{len(view.attacks)} attacks (max-type percentile bootstrap band, Mandel & "
                 f"Betensky 2008), so they hold for the attack picked after looking; each "
                 f"comes from the {escape(view.interval_method)}.")
-    return f'<div class="headline">{cards}</div><p>{sentence}</p>'
+    warnings = "".join(f'<p class="caveat"><b>Caveat:</b> {escape(c)}</p>'
+                       for c in view.summary.caveats)
+    return f'<div class="headline">{cards}</div>{warnings}<p>{sentence}</p>'
 
 
 def band(metric: Metric) -> str:
@@ -227,11 +240,16 @@ def blind_section(summary: Any) -> str:
 
 def models_section(view: RunView) -> str:
     acc = view.accuracy
+    kind = "next-token accuracy" if view.is_text else "accuracy"
     rows = {
-        "train accuracy (targets)": _mean_std(acc.train, acc.train_std),
-        "test accuracy (targets)": _mean_std(acc.test, acc.test_std),
+        f"train {kind} (targets)": _mean_std(acc.train, acc.train_std),
+        f"test {kind} (targets)": _mean_std(acc.test, acc.test_std),
         "generalization gap": f"{pct(acc.gap)} points",
     }
+    if view.is_text:
+        stats = view.summary.target_models
+        rows["perplexity (train / test)"] = (f"{stats.train_perplexity:.2f} / "
+                                             f"{stats.test_perplexity:.2f}")
     if view.seconds_per_model is not None:
         rows["training time per target"] = f"{view.seconds_per_model:.1f} s"
     for key, value in view.robust_accuracy.items():
@@ -382,8 +400,9 @@ def render_html(view: RunView) -> str:
         section("Attacks", attack_table(view), "table"),
         section("Target models: accuracy and generalization gap", models_section(view),
                 "models"),
-        section("Per-class leakage", per_class_section(view, best), "classes"),
     ]
+    if not view.is_text:  # a language model's texts have no classes
+        parts.append(section("Per-class leakage", per_class_section(view, best), "classes"))
     if view.privacy:
         parts.append(section("Differential privacy: claimed vs empirical",
                              privacy_section(view, curves), "privacy"))

@@ -224,9 +224,27 @@ class RunView:
         return {label: AttackView(label, record)
                 for label, record in self.summary.attacks.items()}
 
+    @property
+    def headline_level(self) -> str | None:
+        """The FPR level the headline ranks by: "0.1%", else "1%" when no attack measures
+        TPR at 0.1% (few non-members), else None (ranked by AUC)."""
+        for level in ("0.1%", "1%"):
+            if any(a.tpr(level).measurable for a in self.attacks.values()):
+                return level
+        return None
+
+    @property
+    def is_text(self) -> bool:
+        """A language model's audit (its utility is next-token accuracy and perplexity)."""
+        return self.summary.target_models.test_perplexity is not None
+
     def best_attack(self) -> AttackView:
-        """The strongest attack (:meth:`Summary.strongest`, the terminal's rule too)."""
-        return self.attacks[self.summary.strongest()]
+        """The strongest attack (:meth:`Summary.strongest` at :attr:`headline_level`, the
+        terminal's rule too); by AUC when no TPR level is measurable."""
+        level = self.headline_level
+        if level is None:
+            return max(self.attacks.values(), key=lambda a: a.auc)
+        return self.attacks[self.summary.strongest(f"tpr@{level}")]
 
     @property
     def interval_method(self) -> str:

@@ -104,9 +104,28 @@ def strongest(summary: Summary, key: str = STRONGEST_KEY) -> str | None:
     return summary.strongest(key, measurable_only=True)
 
 
+#: the levels the headline ranks attacks by, the first measurable one for some attack
+HEADLINE_LEVELS = ("tpr@0.1%", "tpr@1%", "auc")
+
+
+def headline_key(summary: Summary) -> str:
+    """The first of :data:`HEADLINE_LEVELS` that some attack measures (a text audit of few
+    samples measures no TPR@0.1%: the headline then ranks by TPR@1%, and says so)."""
+    for key in HEADLINE_LEVELS[:-1]:
+        if strongest(summary, key) is not None:
+            return key
+    return "auc"
+
+
 def strongest_line(summary: Summary) -> str | None:
-    """The strongest attack by TPR@0.1% with its simultaneous band over all attacks."""
-    label = strongest(summary)
+    """The strongest attack by the headline level (TPR@0.1%, else the first measurable one)
+    with its simultaneous band over all attacks."""
+    key = headline_key(summary)
+    if key == "auc":
+        label = max(summary.attacks, key=lambda name: summary.attacks[name].auc)
+        return (f"strongest attack (largest AUC; no TPR level is measurable for any attack): "
+                f"{label}: AUC {_percent(summary.attacks[label].auc)} percent")
+    label = strongest(summary, key)
     if label is None:
         return None
     attack = summary.attacks[label]
@@ -119,13 +138,20 @@ def strongest_line(summary: Summary) -> str | None:
             cells.append(f"{key} {_percent(attack.pooled[key])} [{_percent(band[0])}, "
                          f"{_percent(band[1])}]")
     count = len(summary.attacks)
-    return (f"strongest attack (largest TPR@0.1%): {label}: {', '.join(cells)} percent; "
+    ranked = key.upper() + (
+        "" if key == HEADLINE_LEVELS[0] else "; TPR@0.1% is not measurable for any attack")
+    return (f"strongest attack (largest {ranked}): {label}: {', '.join(cells)} percent; "
             f"95% band simultaneous over all {count} attacks, so it holds for the attack "
             "picked after looking")
 
 
 def model_line(summary: Summary) -> str:
     stats = summary.target_models
+    if stats.test_perplexity is not None:  # a language model: what text users read
+        return (f"target models: next-token accuracy train {_percent(stats.train_accuracy)}%,"
+                f" test {_percent(stats.test_accuracy)}%, gap "
+                f"{_percent(stats.generalization_gap)} points; perplexity train "
+                f"{stats.train_perplexity:.2f}, test {stats.test_perplexity:.2f}")
     return (f"target models: train acc {_percent(stats.train_accuracy)}%, "
             f"test acc {_percent(stats.test_accuracy)}%, "
             f"generalization gap {_percent(stats.generalization_gap)} points"
@@ -141,6 +167,8 @@ def print_summary(summary: Summary, console: Console) -> None:
     if (line := strongest_line(summary)) is not None:
         console.print(line, markup=False)
     console.print(model_line(summary))
+    for caveat in summary.caveats:
+        console.print(f"caveat: {caveat}", markup=False, soft_wrap=True)
     if summary.privacy is not None:
         console.print(privacy_line(summary))
     timing = summary.timing
@@ -150,9 +178,12 @@ def print_summary(summary: Summary, console: Console) -> None:
                       f"{timing.attack_seconds:.1f} s, device {timing.device}"
                       + (f": {escape(timing.machine.text())}" if timing.machine else "") + ")")
     root = Path(summary.run_dir)
+    report = root / "report.html"
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
-                  f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: "
+                  f"  ROC plot: {root / 'roc.png'} (and .svg, .pdf)\n  per-sample scores: "
                   f"{root / summary.scores_dir}", markup=False, soft_wrap=True)
+    if report.exists():  # last: the one file to open
+        console.print(f"  HTML report: {report}", markup=False, soft_wrap=True)
 
 
 def privacy_line(summary: Summary) -> str:

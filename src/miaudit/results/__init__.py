@@ -268,6 +268,8 @@ class Summary(Record):
     timing: Timing | None = None
     reference_planner: dict[str, Any] | None = None  # reference_planner.plan_references
     blind_baseline: BlindBaseline | None = None  # text outputs with their texts
+    # warnings about the whole run (e.g. targets that learned nothing): terminal, report
+    caveats: list[str] = []
 
     @model_validator(mode="after")
     def _layout_fields(self) -> Summary:
@@ -276,6 +278,28 @@ class Summary(Record):
         if self.layout >= 2 and missing:
             raise ValueError(f"layout {self.layout} needs {', '.join(missing)}")
         return self
+
+    # read as a mapping too (``summary.keys()``, ``summary["attacks"]``), as users holding
+    # results.json's dict expect; the values are the typed fields (attribute access)
+    def keys(self) -> list[str]:
+        return list(type(self).model_fields)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in type(self).model_fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, getattr(self, key)) for key in self.keys()]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, key) for key in self.keys()]
 
     @property
     def external(self) -> bool:

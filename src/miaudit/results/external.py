@@ -8,8 +8,8 @@ read from
   stacked over models or a list of per-model files (keep (N,), logits (N, Q, C) or (N, C));
 - one bundle (:func:`read_bundle`): a ``.safetensors`` / ``.npz`` file with arrays ``keep``,
   ``logits``, ``labels`` (a ``.safetensors`` may name its queries in the metadata entry
-  ``query_names``, a JSON list), or, for language models, ``keep`` and per-token
-  ``token_logprobs`` (see :mod:`miaudit.results.external_text`);
+  ``query_names``, a JSON list; a ``.npz`` in a string array ``queries``), or, for language
+  models, ``keep`` and per-token ``token_logprobs`` (see :mod:`miaudit.results.external_text`);
 - the experiment folder of the official LiRA code (Carlini et al. 2022, "Membership inference
   attacks from first principles", github.com/tensorflow/privacy research/mi_lira_2021)
   (:func:`read_lira_experiment`): ``<root>/y_train.npy`` and one folder per model holding
@@ -198,10 +198,24 @@ def read_bundle(path: Source, *, query_names: Sequence[str] | None = None,
     arrays = {key: load_array(path, key) for key in ("keep", "logits", "labels")}
     if query_names is None and path.suffix == ".safetensors":
         query_names = safetensors_query_names(path)
+    if query_names is None and path.suffix.lower() == ".npz":
+        query_names = npz_query_names(path)
     where = str(path)
     return validate_outputs(arrays["keep"], stacked_logits(arrays["logits"], where),
                             arrays["labels"], sources=dict.fromkeys(arrays, where),
                             query_names=query_names, balance=balance, population=population)
+
+
+def npz_query_names(path: Path) -> list[str] | None:
+    """The bundle's ``queries`` array of query names (strings), None when it has none."""
+    with np.load(path, allow_pickle=False) as bundle:
+        if "queries" not in bundle.files:
+            return None
+        names = bundle["queries"]
+    if names.dtype.kind not in "US" or names.ndim != 1:
+        raise ExternalOutputsError(f"{path}: 'queries' must be a 1-D array of query names "
+                                   f"(strings), got {names.dtype} {names.shape}")
+    return [str(name) for name in names.astype(str)]
 
 
 def _natural_key(name: str) -> list[Any]:

@@ -24,7 +24,7 @@ from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.queries.features import input_features
 from miaudit.queries.labels import protect_decision_columns
 from miaudit.results import Privacy
-from miaudit.results.scoring import accuracy_stats, score_attacks
+from miaudit.results.scoring import accuracy_stats, run_caveats, score_attacks
 
 
 def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
@@ -138,7 +138,8 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         "holdout_size": int(len(plan.split.holdout)), "queries": list(cfg.queries),
         "scores_dir": scores_dir,
         "target_models": {**stats, **evaluated.robust},
-        "attacks": attacks, **({"privacy": privacy} if privacy else {}),
+        "attacks": attacks, "caveats": run_caveats(stats, logits, data.modality),
+        **({"privacy": privacy} if privacy else {}),
         **({"blind_baseline": blind} if blind else {}),
         **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
         "config": cfg.model_dump(mode="json"),
