@@ -483,9 +483,10 @@ def test_for(claim: Claim, metric: str, seed: int | None = None) -> Test:
     if claim.kind == "similar":
         test.margin, absolute = relative_margin(claim, metric, ours, theirs)
         scale, digits = scale_digits(metric)
-        test.text += (f", difference {fmt_difference(metric, as_entry)} ({how}; margin "
-                      f"+-{scale * test.margin:.{digits + 1}f} at our level, paper's "
-                      f"+-{scale * absolute:.{digits}f})")
+        said = (f"+-{scale * test.margin:.{digits + 1}f} at our level, paper's "
+                f"+-{scale * absolute:.{digits}f}" if test.margin != absolute else
+                f"+-{scale * absolute:.{digits}f}, the paper's absolute: no paper level here")
+        test.text += f", difference {fmt_difference(metric, as_entry)} ({how}; margin {said})"
     else:
         test.text += f", {how} {fmt_difference(metric, as_entry)}"
     return done(test)
@@ -774,7 +775,9 @@ def tests_text(found: Assessment) -> str:
             body = "; ".join(f"{METRIC_NAMES[m]} {state}" for m, state in condition_for(claim,
                                                                                        seed))
         else:
-            body = "; ".join(f"{METRIC_NAMES[t.metric]} {t.text}" for t in tests)
+            body = "; ".join(f"{METRIC_NAMES[t.metric]} {t.text}" + (
+                " (decided by less than a tenth of its interval's width)" if t.hair() else "")
+                for t in tests)
         parts.append(body if seed is None else f"seed {seed}: {body}")
     for test in found.pooled:
         if not test.decidable:
@@ -929,8 +932,11 @@ def scale_text(claim: Claim) -> str:
 
 
 ROW_CAVEATS = {  # what a row's provenance qualifies (issue 79)
-    (lambda row: "input_dropout" in row.attack):
+    (lambda row: "input_dropout" in row.attack and "dropout_grid" not in row.experiment):
         "input dropout: grid {0.01, 0.05}, N = 4, no p = 0, chosen on one reference",
+    (lambda row: "input_dropout" in row.attack and "dropout_grid" in row.experiment):
+        "input dropout: grid p in {0, 0.01, 0.02, 0.05, 0.1} x N in {4, 8}, chosen on every "
+        "reference, never the target",
     (lambda row: "memorization" in row.label):
         "memorization from the attack's own references (reused: partly mechanical)",
 }
@@ -1090,6 +1096,8 @@ How to read it (issue 79):
   facing the null (`miaudit.analysis.decision_rules.interval_p`): p < 0.05 exactly when the
   95% interval excludes the null. The paired bootstrap's own replicates (from kept scores)
   are not used: kept scores exist for 4 rows, never both sides of a pair at both seeds.
+- **Not the simultaneous bands**: results.json's `*_ci_simultaneous` cover one ROC curve's
+  FPR levels at once (within one row), not the table's claims, so they are shown nowhere here.
 - **Family-wise error, not false discovery rate**: Holm's step-down procedure over every
   decidable per-metric test of the table (one per metric of each claim, pooled over seeds),
   at 5% family-wise error under any dependence between the tests (claims share models, so

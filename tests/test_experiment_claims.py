@@ -350,7 +350,8 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
     entry["auc"] = {"value": 0.002, "ci": [-0.004, 0.008]}
     verdict, text = claims.decide(claims.Claim("s", "h", "l", ("auc",), kind="similar"))
     assert verdict == "reproduced" and ("+0.002 [-0.004, +0.008] (paired bootstrap; margin "
-                                        "+-0.0100 at our level, paper's +-0.010)") in text
+                                        "+-0.010, the paper's absolute: no paper level "
+                                        "here)") in text
 
 
 @pytest.mark.parametrize(("attack", "models", "verdict"), [
