@@ -227,12 +227,27 @@ def memorization_interval(row: Row, metric: str) -> Interval | None:
         return None
     if metric.startswith("rho"):
         side = table["spearman_loss_mem"]["train" if metric == "rho_members" else "test"]
-        return spearman_interval(side["rho"], side["n"])
+        found = spearman_interval(side["rho"], side["n"])
+        return widened(found, table, "rho_train" if metric == "rho_members" else "rho_test")
     bins = [b for b in table["bins"] if b["n_members"]]
     chosen = [b for b in bins if (b["bin"] == 0 if metric == "bin_tpr_low" else b["low"] >= 0.5)]
     n = sum(b["n_members"] for b in chosen)
     k = sum(round(b["tpr@0.1%"] * b["n_members"]) for b in chosen)
-    return (k / n, *clopper_pearson(k, n)) if n else None
+    key = "tpr@0.1%_memorization_" + ("0" if metric == "bin_tpr_low" else "above_0.5")
+    return widened((k / n, *clopper_pearson(k, n)), table, key) if n else None
+
+
+def widened(found: Interval, table: dict, key: str) -> Interval:
+    """An interval over samples widened by the memorization estimate's own uncertainty where
+    memorization came from an independent family (issue 79: memorization.json's bootstrap over
+    those models): the two half-widths, per side, added in quadrature."""
+    ci = (table.get("independent") or {}).get("ci95", {}).get(key)
+    if not ci or any(math.isnan(v) for v in ci):
+        return found
+    value, low, high = found
+    spread = ((ci[1] - ci[0]) / 2,) * 2
+    return (value, value - math.hypot(value - low, spread[0]),
+            value + math.hypot(high - value, spread[1]))
 
 
 def interval(row: Row, metric: str) -> Interval | None:
@@ -937,8 +952,10 @@ ROW_CAVEATS = {  # what a row's provenance qualifies (issue 79)
     (lambda row: "input_dropout" in row.attack and "dropout_grid" in row.experiment):
         "input dropout: grid p in {0, 0.01, 0.02, 0.05, 0.1} x N in {4, 8}, chosen on every "
         "reference, never the target",
-    (lambda row: "memorization" in row.label):
+    (lambda row: "memorization" in row.label and "independent" not in row.experiment):
         "memorization from the attack's own references (reused: partly mechanical)",
+    (lambda row: "memorization" in row.label and "independent" in row.experiment):
+        "memorization from 8 independent models (not the target, not its references)",
 }
 
 

@@ -204,3 +204,24 @@ def test_a_regenerated_table_and_findings_page_match_the_committed_ones(tmp_path
     for name in ("CLAIMS.md", "FINDINGS.md"):
         assert (tmp_path / name).read_text() == (claims.HERE / name).read_text(), (
             f"experiments/{name} is stale: run python experiments/claims.py")
+
+
+def test_an_independent_memorization_widens_the_interval_by_its_own_uncertainty():
+    # Fisher/Clopper-Pearson half-widths 0.03 / 0.04, the bootstrap over memorization models
+    # spans 0.08 (half 0.04): hypot per side
+    table = {"independent": {"ci95": {"rho_test": [0.46, 0.54]}}}
+    value, low, high = claims.widened((0.5, 0.47, 0.54), table, "rho_test")
+    assert (low, high) == pytest.approx((0.5 - 0.05, 0.5 + math.hypot(0.04, 0.04)))
+    assert claims.widened((0.5, 0.47, 0.54), {}, "rho_test") == (0.5, 0.47, 0.54)
+
+
+@pytest.mark.parametrize("seed", ["", "_seed1"])
+def test_the_independent_memorization_configs_differ_from_the_floor_only_in_the_family(seed):
+    import yaml
+
+    def body(path):
+        return yaml.safe_load((claims.HERE / "papers/B" / path / "1_resnet14.yaml").read_text())
+
+    new, old = body(f"memorization_independent{seed}"), body(f"memorization_floor{seed}")
+    assert new.pop("num_models") == 16 and old.pop("num_models") == 8
+    assert new.pop("memorization_models") == 8 and new == old
