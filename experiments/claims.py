@@ -1176,7 +1176,18 @@ PLAIN = {"reproduced": "holds", "not reproduced": "refuted (the other way)",
 
 def plain_words(verdict: str) -> str:
     head = re.split(r":| \(", verdict)[0]
-    return PLAIN.get(head, head)
+    if head != "mixed":
+        return PLAIN.get(head, head)
+    parts = set(re.findall(r"(not reproduced|reproduced|inconclusive) \(", verdict))
+    if "reproduced" in parts:
+        return "holds on some metrics only" + (
+            ", refuted on others" if "not reproduced" in parts else "")
+    return "refuted on some metrics, open on the others"
+
+
+def verdict_cell(verdict: str) -> str:
+    plain = plain_words(verdict)
+    return f"**{plain}**" if plain == verdict else f"**{plain}**: {verdict}"
 
 
 def adjusted_interval(test: Test, family: int) -> str:
@@ -1234,11 +1245,12 @@ def findings_md() -> str:
                                 for t in found.pooled if t.decidable) or "-"
             seed = min(claim.seeds) if claim.seeds else None
             out.append(f"| {entry['says']} ({claim.source}) | {paper_text(claim)} | {effects} | "
-                       f"{accuracy_text(claim, seed) or '-'} | **{plain_words(decided[index][0])}**"
-                       f": {decided[index][0]} |")
+                       f"{accuracy_text(claim, seed) or '-'} | {verdict_cell(decided[index][0])} |")
             deciders += [f"- {entry['says']}: {cost}" for t in found.pooled
                          if (cost := cost_to_decide(claim, t))]
         out += ["", f"**Scale gap.** {data['gap']}", ""]
+        if data.get("queued"):
+            out += [f"**Queued (not run this session).** {data['queued']}", ""]
         if deciders:
             out += ["**What would decide the open ones** (the measured effect held; 80% power at "
                     f"the family's Bonferroni level, 5% / {family} two-sided):", *deciders, ""]
