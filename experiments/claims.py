@@ -1,57 +1,43 @@
-"""The three studies' claims, checked against the committed experiment outputs (issue 17).
+"""The three studies' claims, checked against the committed experiment outputs (issues 17, 79).
 
-    python experiments/claims.py          # appends to every experiment's outputs/summary.md the
-                                          # rows beside the paper's and the verdicts, and writes
-                                          # the claims table at the top of experiments/README.md
+    python experiments/claims.py          # every experiment's outputs/summary.md verdict block,
+                                          # experiments/CLAIMS.md (the claims table) and
+                                          # experiments/FINDINGS.md (the central claims)
+    python experiments/claims.py --out D  # CLAIMS.md and FINDINGS.md into folder D only
     python experiments/claims.py --queue  # the experiments to run, in order (queue.sh)
     python experiments/claims.py --plan   # what each still has to run, and the claims waiting
 
-The paper numbers, rows, claims, accuracy floors and the run queue are data:
-``experiments/claims.yaml`` (its header gives the schema). Reads only committed files
-(``<experiment>/outputs/*.results.json`` and ``*.memorization.json``, experiments under
-``papers/`` and ``archive/``); nothing is retrained. Every claim compares two rows (a model
-under one attack) on one metric. Intervals (95%) for TPR at a fixed FPR and AUC (issue 23: they
-must cover what a rerun with new models would see):
+The paper numbers, rows, claims, accuracy floors, the run queue and the findings page's
+central claims are data: ``experiments/claims.yaml`` (its header gives the schema). Reads only
+committed files (``<experiment>/outputs/*.results.json`` and ``*.memorization.json``,
+``paired.json``); nothing is retrained. Every claim compares two rows (a model under one
+attack) on some metrics, or one row with a bound. Intervals (95%) for TPR at a fixed FPR and
+AUC (issue 23: they must cover what a rerun with new models would see):
 
 - results.json written with the crossed bootstrap (``pooled["ci_method"]`` present): its
   ``tpr@X_ci`` / ``auc_ci`` (bootstrap over samples and targets; one fixed target: over
-  samples only, conditional on that model).
-- Older results.json files (every committed output so far: they keep per-target summaries,
-  not per-sample scores, so the bootstrap cannot be recomputed), rotation protocol: the
-  pooled value +- z * sqrt(between-target variance / T + mean per-target sampling variance)
-  (``miaudit.stats.intervals.target_summary_interval``: binomial for TPR, Hanley-McNeil for AUC;
-  the second term counts the sample draw as fully shared by the targets, an upper bound, so
-  the interval errs wide: 100% coverage where the bootstrap has 95% in the synthetic world of
-  ``benchmarks/interval_coverage.py``). One fixed target: the exact Clopper-Pearson interval
-  of the TPR and the Hanley & McNeil (1982, Radiology 143, Eq. 2) interval of the AUC, over
-  samples only: conditional on the trained target, model randomness not covered.
+  samples only, conditional on that model). CLAIMS.md counts how many of the table's
+  results.json carry it.
+- results.json written before it (they keep per-target summaries, not per-sample scores),
+  rotation protocol: the pooled value +- z * sqrt(between-target variance / T + mean
+  per-target sampling variance) (``miaudit.stats.intervals.target_summary_interval``; errs wide).
+  One fixed target: Clopper-Pearson for the TPR, Hanley & McNeil (1982, Radiology 143, Eq. 2)
+  for the AUC, over samples only.
 - A TPR level that is not measurable (below 1/non-members, or tied top scores) is "n/m" and
   decides nothing.
 - Accuracy gap (train - test): mean over the rotation targets +- t(0.975, n - 1) * std /
-  sqrt(n).
-- Spearman's rho: Fisher's z with Bonett & Wright's (2000) variance (1 + rho^2 / 2) / (n - 3).
+  sqrt(n). Spearman's rho: Fisher's z with Bonett & Wright's (2000) variance.
 
-Verdicts, as issue 17 defines them: *reproduced* when the two intervals separate in the paper's
-direction, *not reproduced* when they separate the other way, *inconclusive* when they overlap.
-Two attacks of one run (same targets, same samples; results.json written since the paired
-differences were added) are compared by the paired-bootstrap interval of their difference
-instead (``differences`` in results.json, :func:`miaudit.stats.intervals.add_paired_differences`):
-reproduced when it excludes 0 in the paper's direction (an inconclusive "greater" claim says
-what scale would decide it: :func:`scale_to_decide`). So are two runs with the same
-memberships (same data, seed, number of models, protocol), from the entries that
-``experiments/paired.py`` computed from their run directories' scores into ``paired.json``
-(:mod:`miaudit.analysis.paired_runs`; used only while both results.json are unchanged). A
-"similar" claim (the paper reports no difference) is an equivalence test: *reproduced* when the
-interval of the difference (where the runs share memberships: paired over targets for
-accuracies, the paired bootstrap for leakage; else the two intervals combined by MOVER) lies
-within a margin (:data:`EQUIVALENCE_MARGINS`, the largest differences the papers themselves
-call comparable), *not reproduced* when it lies outside; an
-"at_least" claim (high >= low: a control held to no more accuracy) unless low separates above. A
-claim whose metrics disagree is *mixed* (each metric's verdict named). A row whose models fall
-below their family's test-accuracy floor (:data:`FLOORS`, issue 26) is a *failed run* and
-decides nothing. A claim that lists seeds (issue 26 item 5: its rows rerun in one experiment per
-seed) is decided at each: its verdict stands only when two seeds or more ran and agree
-("reproduced (seeds 0, 1)"); one seed says "(one seed)", disagreement "seeds disagree".
+Decision rules (issue 79; :data:`METHOD` says them in CLAIMS.md, the maths is
+:mod:`miaudit.analysis.decision_rules`): each metric of a claim is one test of a decision
+statistic (the paired-bootstrap difference where the rows share targets and samples, else the
+MOVER difference of the two intervals; the distance to a bound; rho), its p-value read off its
+interval; Holm's step-down procedure controls the family-wise error over every decidable test
+of the table; seeds are pooled by a fixed-effects combination; "similar" is two one-sided tests
+with margins relative to the measured level; "at_least" entries are conditions (accuracy
+matches), not claims. A row below its family's test-accuracy floor (:data:`FLOORS`, issue 26)
+is a failed run and decides nothing; rows calibrated on different numbers of reference models
+are not compared.
 """
 
 from __future__ import annotations
@@ -68,13 +54,22 @@ import yaml
 from scipy.stats import norm, t
 
 from miaudit._runtime.io import DIGEST_KEY
+from miaudit.analysis.decision_rules import (
+    beyond_margin_p,
+    by_a_hair,
+    fixed_effects,
+    holm,
+    interval_p,
+    scale_for_power,
+    side_se,
+    tost_p,
+)
 from miaudit.privacy.bounds import roc_bound
 from miaudit.results import reference_models
 from miaudit.stats.intervals import hanley_mcneil_variance, target_summary_interval
 from miaudit.stats.metrics import clopper_pearson
 
 HERE = Path(__file__).resolve().parent
-README = HERE / "README.md"
 DATA = HERE / "claims.yaml"  # floors, queue, rows and claims (its header gives the schema)
 PAIRED = HERE / "paired.json"  # cross-run paired differences, written by paired.py
 ODE_MODELS = ("odenet", "odenet64", "sdenet", "sonode", "anode", "hbnode")
@@ -166,7 +161,7 @@ def load_data(path: Path = DATA) -> tuple[dict[str, float], list[str], dict[str,
                                           list[Claim]]:
     """(floors as fractions, queue, rows by label, claims) from the data file."""
     data = checked_keys(yaml.safe_load(path.read_text()),
-                        {"floors", "percent", "queue", "rows", "claims"}, "file")
+                        {"floors", "percent", "queue", "rows", "claims", "findings"}, "file")
     floors = {family: percent / 100 for family, percent in data["floors"].items()}
     rows = [parse_row(entry, data["percent"][paper])
             for paper, entries in data["rows"].items() for entry in entries]
@@ -186,6 +181,7 @@ def load_data(path: Path = DATA) -> tuple[dict[str, float], list[str], dict[str,
 
 
 FLOORS, QUEUE, ROWS, CLAIMS = load_data()
+CLAIMS_FROM_DATA = CLAIMS  # the table's family (a test may swap CLAIMS for its own)
 
 
 def rows_of(claim: Claim, seed: int | None = None) -> tuple[Row, Row | None]:
@@ -231,12 +227,27 @@ def memorization_interval(row: Row, metric: str) -> Interval | None:
         return None
     if metric.startswith("rho"):
         side = table["spearman_loss_mem"]["train" if metric == "rho_members" else "test"]
-        return spearman_interval(side["rho"], side["n"])
+        found = spearman_interval(side["rho"], side["n"])
+        return widened(found, table, "rho_train" if metric == "rho_members" else "rho_test")
     bins = [b for b in table["bins"] if b["n_members"]]
     chosen = [b for b in bins if (b["bin"] == 0 if metric == "bin_tpr_low" else b["low"] >= 0.5)]
     n = sum(b["n_members"] for b in chosen)
     k = sum(round(b["tpr@0.1%"] * b["n_members"]) for b in chosen)
-    return (k / n, *clopper_pearson(k, n)) if n else None
+    key = "tpr@0.1%_memorization_" + ("0" if metric == "bin_tpr_low" else "above_0.5")
+    return widened((k / n, *clopper_pearson(k, n)), table, key) if n else None
+
+
+def widened(found: Interval, table: dict, key: str) -> Interval:
+    """An interval over samples widened by the memorization estimate's own uncertainty where
+    memorization came from an independent family (issue 79: memorization.json's bootstrap over
+    those models): the two half-widths, per side, added in quadrature."""
+    ci = (table.get("independent") or {}).get("ci95", {}).get(key)
+    if not ci or any(math.isnan(v) for v in ci):
+        return found
+    value, low, high = found
+    spread = ((ci[1] - ci[0]) / 2,) * 2
+    return (value, value - math.hypot(value - low, spread[0]),
+            value + math.hypot(high - value, spread[1]))
 
 
 def interval(row: Row, metric: str) -> Interval | None:
@@ -338,103 +349,193 @@ def paired_accuracy_difference(high: Row, low: Row, metric: str) -> Interval | N
     return t_interval([a - b for a, b in zip(ours, theirs)])
 
 
-def equivalence(difference: Interval, margin: float) -> str:
-    """The verdict of "similar" (a 95% interval inside +-margin: two one-sided tests at 2.5%)."""
-    if -margin <= difference[1] and difference[2] <= margin:
-        return "reproduced"
-    if difference[1] > margin or difference[2] < -margin:
-        return "not reproduced"
-    return "inconclusive"
-
-
-def compare(high: Interval, low: Interval, kind: str) -> str:
-    """The verdict of two rows' intervals for "greater" and "at_least" ("similar" is
-    :func:`equivalence`)."""
-    separate_up, separate_down = high[1] > low[2], low[1] > high[2]
-    if kind == "at_least":  # high >= low: only low lying wholly above high refutes it
-        return "not reproduced" if separate_down else "reproduced"
-    if separate_up:
-        return "reproduced"
-    return "not reproduced" if separate_down else "inconclusive"
+def relative_margin(claim: Claim, metric: str, ours: Interval, theirs: Interval
+                    ) -> tuple[float, float]:
+    """(margin at our level, the paper's absolute margin) of a "similar" claim: the papers'
+    largest difference they call comparable (:data:`EQUIVALENCE_MARGINS`) as a fraction of the
+    paper's level of that metric, applied to our measured level (AUC's level: AUC - 0.5). At a
+    tenth of the paper's TPR, a tenth of its margin: "equivalent" must follow from the data,
+    not from a margin copied across scales. Without the paper's level: its absolute margin."""
+    absolute = EQUIVALENCE_MARGINS[metric]
+    paper = [ROWS[label].paper_values().get(metric) for label in (claim.high, claim.low)]
+    if None in paper:
+        return absolute, absolute
+    def level(values):
+        mean = sum(values) / len(values)
+        return mean - 0.5 if metric == "auc" else mean
+    paper_level, our_level = level(paper), level([ours[0], theirs[0]])
+    if paper_level <= 0 or our_level <= 0:
+        return absolute, absolute
+    return absolute * our_level / paper_level, absolute
 
 
 BOUND_FPR = {"tpr@0.1%": 0.001, "tpr@1%": 0.01}
+ALPHA = 0.05  # the family-wise error rate the table controls (Holm)
 
 
-def metric_verdict(claim: Claim, metric: str, seed: int | None = None) -> tuple[str, str]:
-    """(verdict, our numbers as text) for one metric of a claim (at one seed's experiment)."""
+@dataclass
+class Test:
+    """One per-metric decision of a claim: the decision statistic (its direction: positive
+    supports the claim; null 0), its 95% interval, the p-value and how it was made."""
+    metric: str
+    text: str  # our numbers as shown
+    status: str = ""  # "" when decidable, else "not run" / "not measurable"
+    stat: Interval | None = None  # (value, low, high); for "similar" the difference itself
+    how: str = ""  # "paired bootstrap", "MOVER", "paired over targets", ...
+    margin: float = 0.0  # "similar": the equivalence margin at our level (0: directional)
+    p: float = NAN  # the decision's p-value (directional: two-sided; similar: the smaller of
+    # TOST's and beyond-the-margin's)
+    adjusted_p: float = NAN  # Holm's, over the table's family
+    family: int = 1  # the family's size (the power figure is at its Bonferroni level)
+
+    @property
+    def decidable(self) -> bool:
+        return not self.status and self.stat is not None and not any(
+            math.isnan(v) for v in self.stat)
+
+    def compute_p(self) -> None:
+        if not self.decidable:
+            return
+        value, low, high = self.stat
+        if self.margin:
+            self.p = min(tost_p(value, low, high, self.margin),
+                         beyond_margin_p(value, low, high, self.margin))
+        else:
+            self.p = interval_p(value, low, high)
+
+    def verdict(self, adjusted: bool = False) -> str:
+        if not self.decidable:
+            return self.status or "not measurable"
+        p = self.adjusted_p if adjusted else self.p
+        if math.isnan(p) or p >= ALPHA:
+            return "inconclusive"
+        value, low, high = self.stat
+        if self.margin:  # which of the two hypotheses was rejected
+            equivalent = tost_p(value, low, high, self.margin) <= beyond_margin_p(
+                value, low, high, self.margin)
+            return "reproduced" if equivalent else "not reproduced"
+        return "reproduced" if value > 0 else "not reproduced"
+
+    def sign(self) -> int:
+        return 0 if not self.decidable else (1 if self.stat[0] > 0 else -1)
+
+    def hair(self) -> bool:
+        """Decided (unadjusted) by less than a tenth of its interval's width."""
+        if not self.decidable or self.verdict() == "inconclusive":
+            return False
+        value, low, high = self.stat
+        if not self.margin:
+            return by_a_hair(low, high, 0.0)
+        if self.verdict() == "reproduced":  # inside +-margin: how far inside
+            distance = min(low + self.margin, self.margin - high)
+        else:  # beyond the margin: how far beyond
+            distance = low - self.margin if value > 0 else -self.margin - high
+        return distance < 0.1 * (high - low)
+
+    def to_decide(self) -> str:
+        """What scale would decide an inconclusive directional test at 80% power, at the
+        family's Bonferroni level (where Holm's last step tests; a conservative figure)."""
+        if not self.decidable or self.margin or self.verdict(True) != "inconclusive":
+            return ""
+        value, low, high = self.stat
+        if value <= 0:
+            return "estimate against the claim: no scale decides it"
+        factor = self.power_scale()
+        if factor > 100:
+            return "effect ~0: > 100x the targets and samples for 80% power"
+        return (f"~{math.ceil(10 * factor) / 10:.1f}x the targets and samples for 80% power "
+                f"at the family's level (5% / {self.family}), the measured effect held")
+
+    def power_scale(self) -> float:
+        value, low, high = self.stat
+        return scale_for_power(value, side_se(value, low, high, 0.0),
+                               alpha=ALPHA / self.family)
+
+
+def test_for(claim: Claim, metric: str, seed: int | None = None) -> Test:
+    """The decision of one metric of a claim (at one seed's experiment), before adjustment."""
     high, low = rows_of(claim, seed)
     ours = interval(high, metric)
     if ours is None:
-        return "not run", "-"
+        return Test(metric, "-", "not run")
     if ours is NOT_MEASURABLE:
-        return "not measurable", "n/m"
+        return Test(metric, "n/m", "not measurable")
     if claim.kind in ("under_bound", "exceeds_bound"):
         bound = float(roc_bound(BOUND_FPR[metric], claim.epsilon, 1e-5))
         text = f"{fmt(metric, ours)} vs bound {fmt(metric, (bound,))}"
-        under, over = ours[2] < bound, ours[1] > bound
-        wanted, other = (under, over) if claim.kind == "under_bound" else (over, under)
-        return ("reproduced" if wanted else "not reproduced" if other else "inconclusive"), text
+        below = (bound - ours[0], bound - ours[2], bound - ours[1])
+        stat = below if claim.kind == "under_bound" else tuple(-v for v in below[::-1])
+        stat = (stat[0], min(stat[1:]), max(stat[1:]))
+        return done(Test(metric, text, stat=stat, how="interval vs bound"))
     if claim.kind == "near_zero":  # "gap ~ 0": within the gap's margin (2 points) of zero
-        return equivalence(ours, EQUIVALENCE_MARGINS["gap"]), fmt(metric, ours)
+        return done(Test(metric, fmt(metric, ours), stat=ours, how="t over targets",
+                         margin=EQUIVALENCE_MARGINS["gap"]))
     if claim.kind == "positive":
-        return ("reproduced" if ours[1] > 0 else "not reproduced" if ours[2] < 0
-                else "inconclusive"), fmt(metric, ours)
+        return done(Test(metric, fmt(metric, ours), stat=ours, how="Fisher z"))
     if claim.kind == "within":  # metrics[0] > metrics[1] within one row
         other = interval(high, claim.metrics[1])
         if other is None:
-            return "not run", "-"
+            return Test(metric, "-", "not run")
         if other is NOT_MEASURABLE:
-            return "not measurable", f"{fmt(metric, ours)} vs n/m"
-        return compare(ours, other, "greater"), f"{fmt(metric, ours)} vs {fmt(metric, other)}"
+            return Test(metric, f"{fmt(metric, ours)} vs n/m", "not measurable")
+        return done(Test(metric, f"{fmt(metric, ours)} vs {fmt(metric, other)}",
+                         stat=difference_interval(ours, other), how="MOVER"))
     theirs = interval(low, metric)
     if theirs is None:
-        return "not run", "-"
+        return Test(metric, "-", "not run")
     if theirs is NOT_MEASURABLE:
-        return "not measurable", f"{fmt(metric, ours)} vs n/m"
+        return Test(metric, f"{fmt(metric, ours)} vs n/m", "not measurable")
     text = f"{fmt(metric, ours)} vs {fmt(metric, theirs)}"
-    if claim.kind == "greater" and (difference := paired_difference(high, low, metric)):
-        low_end, high_end = difference["ci"]
-        verdict = ("reproduced" if low_end > 0 else "not reproduced" if high_end < 0
-                   else "inconclusive")
-        text = f"{text}, paired {fmt_difference(metric, difference)}"
-        if verdict == "inconclusive":
-            text += f" ({scale_to_decide(difference['value'], difference['value'] - low_end)})"
-        return verdict, text
+    difference, how = None, ""
     if claim.kind == "similar":
         difference, how = paired_accuracy_difference(high, low, metric), "paired over targets"
-        if difference is None and (entry := paired_difference(high, low, metric)):
-            difference, how = (entry["value"], *entry["ci"]), "paired"
-        if difference is None:
-            difference, how = difference_interval(ours, theirs), "MOVER"
-        margin = EQUIVALENCE_MARGINS[metric]
+    if difference is None and (entry := paired_difference(high, low, metric)):
+        difference, how = (entry["value"], *entry["ci"]), "paired bootstrap"
+    if difference is None:
+        difference, how = difference_interval(ours, theirs), "MOVER"
+    test = Test(metric, text, stat=difference, how=how)
+    as_entry = {"value": difference[0], "ci": difference[1:]}
+    if claim.kind == "similar":
+        test.margin, absolute = relative_margin(claim, metric, ours, theirs)
         scale, digits = scale_digits(metric)
-        as_entry = {"value": difference[0], "ci": difference[1:]}
-        text += (f", difference {fmt_difference(metric, as_entry)} ({how}; margin "
-                 f"+-{scale * margin:.{digits}f})")
-        return equivalence(difference, margin), text
-    verdict = compare(ours, theirs, claim.kind)
-    facing = ours[0] - ours[1] + theirs[2] - theirs[0]  # the half-widths that must part
-    if verdict == "inconclusive" and claim.kind == "greater" and not math.isnan(facing):
-        text += f" ({scale_to_decide(ours[0] - theirs[0], facing)})"
-    return verdict, text
+        said = (f"+-{scale * test.margin:.{digits + 1}f} at our level, paper's "
+                f"+-{scale * absolute:.{digits}f}" if test.margin != absolute else
+                f"+-{scale * absolute:.{digits}f}, the paper's absolute: no paper level here")
+        test.text += f", difference {fmt_difference(metric, as_entry)} ({how}; margin {said})"
+    else:
+        test.text += f", {how} {fmt_difference(metric, as_entry)}"
+    return done(test)
 
 
-def scale_to_decide(effect: float, reach: float) -> str:
-    """What scale would decide an inconclusive "greater" claim (issue 26: say it from the
-    measured effect and interval width). ``reach`` is how far the decision rule's interval
-    extends below the effect (paired: effect - lower end; two intervals: the two half-widths
-    that face each other). The crossed bootstrap's variance is ~ a / targets + b / samples +
-    c / (targets x samples), so scaling both by f narrows the interval by sqrt(f) or more (the
-    synthetic world: 2.4-3.0x at f = 4, ``tests/test_experiment_claims.py``): f = (reach /
-    effect)^2 is enough to exclude 0, an upper bound, if the effect stays what was measured.
-    """
-    if effect <= 0:
-        return "estimate against the claim: no scale decides it"
-    factor = math.ceil(10 * (reach / effect) ** 2) / 10  # rounded up: 1.01 is not "1.0x"
-    if factor > 100:
-        return "effect ~0: > 100x the targets and samples"
-    return f"<= {factor:.1f}x the targets and samples decides it"
+def done(test: Test) -> Test:
+    test.compute_p()
+    return test
+
+
+def condition_for(claim: Claim, seed: int | None = None) -> list[tuple[str, str]]:
+    """An "at_least" entry is a condition of the claim it serves (a control held to no more
+    accuracy than what it is matched to), not a paper claim: per metric (state, our numbers).
+    Met when the control is significantly less accurate, or within the margin (the lower end
+    of high - low above -margin); violated when significantly more accurate by more than the
+    margin; else not shown."""
+    out = []
+    high, low = rows_of(claim, seed)
+    for metric in claim.metrics:
+        ours, theirs = interval(high, metric), interval(low, metric)
+        if ours is None or theirs is None:
+            out.append((metric, "not run"))
+            continue
+        difference = paired_accuracy_difference(high, low, metric) or \
+            difference_interval(ours, theirs)
+        margin = EQUIVALENCE_MARGINS[metric]
+        state = ("met" if difference[1] > 0 else "met within the margin"
+                 if difference[1] > -margin else "violated" if difference[2] < -margin
+                 else "not shown")
+        scale, digits = scale_digits(metric)
+        out.append((metric, f"{state}: {fmt(metric, ours)} vs {fmt(metric, theirs)}, difference "
+                    f"{fmt_difference(metric, {'value': difference[0], 'ci': difference[1:]})} "
+                    f"(margin -{scale * margin:.{digits}f})"))
+    return out
 
 
 def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
@@ -531,69 +632,215 @@ def unequal_references(claim: Claim, seed: int | None = None) -> str:
 FAILED, BELOW = "failed run: ", "; below the floor: "  # how a failed run's verdict reads
 
 
-def claim_verdicts(claim: Claim, seed: int | None = None
-                   ) -> tuple[str, list[tuple[str, str, str]]]:
-    """(overall verdict, [(metric, verdict, our numbers)]) at one seed (None: the rows' own
-    experiments)."""
+@dataclass
+class Assessment:
+    """A claim's decisions before and after the family's adjustment."""
+    claim: Claim
+    by_seed: dict[int | None, list[Test]]  # the per-metric tests at each seed that ran
+    blocked: dict[int | None, str]  # seed -> why it decides nothing (failed run, not comparable)
+    pooled: list[Test] = field(default_factory=list)  # the family's tests (pooled over seeds)
+    disagree: bool = False  # two seeds significant in opposite directions
+
+    @property
+    def condition(self) -> bool:
+        return self.claim.kind == "at_least"
+
+
+def assess(claim: Claim) -> Assessment:
+    """The claim's tests at each seed (None: its rows' own experiments) and the tests it brings
+    to the family: one per metric, at one seed, or pooled by fixed effects over seeds that ran
+    (the seeds' targets are disjoint draws of one design: independent estimates)."""
     metrics = claim.metrics[:1] if claim.kind == "within" else claim.metrics
-    per_metric = [(metric, *metric_verdict(claim, metric, seed)) for metric in metrics]
-    failed = failed_rows(claim, seed)
-    overall = interval_verdict(per_metric)
-    if failed:  # decides nothing; what the intervals say below the floor is shown, not counted
-        return f"{FAILED}{', '.join(failed)}{BELOW}{overall}", per_metric
-    if unequal := unequal_references(claim, seed):  # shown, not counted, as a failed run
-        return f"{unequal}; as measured: {overall}", per_metric
-    return overall, per_metric
+    seeds = sorted(claim.seeds) or [None]
+    by_seed, blocked = {}, {}
+    for seed in seeds:
+        tests = [test_for(claim, metric, seed) for metric in metrics]
+        if all(test.status == "not run" for test in tests):
+            continue
+        by_seed[seed] = tests
+        if failed := failed_rows(claim, seed):
+            blocked[seed] = f"{FAILED}{', '.join(failed)}"
+        elif unequal := unequal_references(claim, seed):
+            blocked[seed] = unequal
+    found = Assessment(claim, by_seed, blocked)
+    if claim.kind == "at_least":
+        return found
+    usable = {seed: tests for seed, tests in by_seed.items() if seed not in blocked}
+    if len(usable) == 1:
+        found.pooled = next(iter(usable.values()))
+    elif usable:
+        found.disagree = any(
+            {t.sign() for t in column if t.verdict() != "inconclusive" and t.decidable} ==
+            {1, -1} and not column[0].margin for column in zip(*usable.values()))
+        if not found.disagree:
+            found.pooled = [pool(list(column)) for column in zip(*usable.values())]
+    return found
+
+
+def pool(column: list[Test]) -> Test:
+    """One metric's tests at several seeds as one: the fixed-effects combination of their
+    decision statistics (undecidable when any seed's is)."""
+    if not all(test.decidable for test in column):
+        status = next((t.status for t in column if t.status), "not measurable")
+        return Test(column[0].metric, "", status or "not measurable")
+    stat = fixed_effects([test.stat for test in column])
+    margin = sum(test.margin for test in column) / len(column)
+    hows = sorted({test.how for test in column})
+    test = Test(column[0].metric, "", stat=stat, margin=margin,
+                how=f"fixed effects over seeds ({', '.join(hows)})")
+    return done(test)
+
+
+def adjust(assessments: list[Assessment]) -> int:
+    """Holm over every decidable test the assessments bring to the family (in place); returns
+    the family's size."""
+    family = [test for found in assessments for test in found.pooled if test.decidable]
+    for test, adjusted in zip(family, holm([test.p for test in family])):
+        test.adjusted_p, test.family = float(adjusted), len(family)
+    return len(family)
+
+
+def combine(verdicts: list[tuple[str, str]]) -> str:
+    """One verdict over a claim's metrics, [(metric, verdict)] (mixed when they disagree)."""
+    found = {verdict for _, verdict in verdicts}
+    if found == {"not run"}:
+        return "not run"
+    if len(found) == 1:
+        return found.pop()
+    parts = [f"{verdict} ({', '.join(METRIC_NAMES[m] for m, v in verdicts if v == verdict)})"
+             for verdict in ("reproduced", "inconclusive", "not reproduced", "not measurable",
+                             "not run") if verdict in found]
+    return "mixed: " + "; ".join(parts)
+
+
+def seed_verdict(tests: list[Test]) -> str:
+    return combine([(t.metric, t.verdict()) for t in tests])
+
+
+def seeds_said(found: Assessment) -> str:
+    """What the seeds say, unadjusted: agreement, or which seed reproduced it and whether the
+    other points the same way ("reproduced at seed 1; seed 0 inconclusive, same direction")."""
+    seeds = [seed for seed in found.by_seed if seed not in found.blocked]
+    if len(seeds) < 2:
+        return ""
+    verdicts = {seed: seed_verdict(found.by_seed[seed]) for seed in seeds}
+    if len(set(verdicts.values())) == 1:
+        return f"seeds {', '.join(map(str, seeds))} each {verdicts[seeds[0]]}"
+    signs = {seed: tuple(t.sign() for t in found.by_seed[seed]) for seed in seeds}
+    direction = "same direction" if len(set(signs.values())) == 1 else "other direction"
+    decided = [s for s in seeds if verdicts[s] != "inconclusive"]
+    rest = [s for s in seeds if s not in decided]
+    said = "; ".join(f"{verdicts[s]} at seed {s}" for s in decided)
+    if rest:
+        said += "; " + ", ".join(f"seed {s}" for s in rest) + f" inconclusive, {direction}"
+    return said
+
+
+def verdict_of(found: Assessment) -> str:
+    """The claim's verdict after the family's adjustment, with what qualifies it."""
+    claim = found.claim
+    if not found.by_seed:
+        return "not run"
+    if found.condition:
+        states = [state.split(":")[0] for seed in found.by_seed
+                  for _, state in condition_for(claim, seed)]
+        worst = next((s for s in ("violated", "not run", "not shown", "met within the margin")
+                      if s in states), "met")
+        return f"condition {worst}"
+    usable = [seed for seed in found.by_seed if seed not in found.blocked]
+    if not usable:
+        seen = "; ".join(f"seed {seed} {why.removeprefix(FAILED)}" if seed is not None else
+                         why.removeprefix(FAILED) for seed, why in found.blocked.items())
+        below_by_seed = {seed: seed_verdict(tests) for seed, tests in found.by_seed.items()}
+        below = (next(iter(below_by_seed.values())) if len(set(below_by_seed.values())) == 1
+                 else "seeds differ (" + "; ".join(f"seed {seed} {v}" for seed, v in
+                                                   below_by_seed.items()) + ")")
+        if all(why.startswith(FAILED) for why in found.blocked.values()):
+            return f"{FAILED}{seen}{BELOW}{below}"
+        return f"{seen}; as measured: {below}"
+    if found.disagree:
+        return "seeds disagree: " + "; ".join(
+            f"seed {seed} {seed_verdict(found.by_seed[seed])}" for seed in usable)
+    adjusted = combine([(t.metric, t.verdict(True)) for t in found.pooled])
+    notes = []
+    if len(usable) > 1:
+        notes.append("seeds pooled")
+    elif claim.seeds:
+        notes.append("one seed" + (f": seed {usable[0]}" if len(claim.seeds) > 1 else ""))
+    if said := seeds_said(found):
+        notes.append(said)
+    if found.blocked:
+        notes.append("; ".join(f"seed {seed} decides nothing ({why})"
+                               for seed, why in found.blocked.items()))
+    unadjusted = combine([(t.metric, t.verdict()) for t in found.pooled])
+    if unadjusted != adjusted:
+        notes.append(f"unadjusted: {unadjusted}")
+    hairs = [METRIC_NAMES[t.metric] for t in found.pooled if t.hair()]
+    if hairs:
+        notes.append(f"decided by less than a tenth of the interval's width: {', '.join(hairs)}")
+    return adjusted + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def tests_text(found: Assessment) -> str:
+    """Our numbers: each seed's, then the pooled decision with its p-values."""
+    claim = found.claim
+    parts = []
+    for seed, tests in found.by_seed.items():
+        if found.condition:
+            body = "; ".join(f"{METRIC_NAMES[m]} {state}" for m, state in condition_for(claim,
+                                                                                       seed))
+        else:
+            body = "; ".join(f"{METRIC_NAMES[t.metric]} {t.text}" + (
+                " (decided by less than a tenth of its interval's width)" if t.hair() else "")
+                for t in tests)
+        parts.append(body if seed is None else f"seed {seed}: {body}")
+    for test in found.pooled:
+        if not test.decidable:
+            continue
+        pooled = "pooled " if len(found.by_seed) - len(found.blocked) > 1 else ""
+        statistic = {"value": test.stat[0], "ci": test.stat[1:]}
+        decision = (f"{METRIC_NAMES[test.metric]} {pooled}"
+                    f"{fmt_difference(test.metric, statistic)}" if pooled
+                    else METRIC_NAMES[test.metric])
+        decision += f" p {fmt_p(test.p)}, Holm p {fmt_p(test.adjusted_p)}"
+        if scale := test.to_decide():
+            decision += f" ({scale})"
+        parts.append(decision)
+    return "; ".join(parts) if parts else "-"
+
+
+def fmt_p(p: float) -> str:
+    if math.isnan(p):
+        return "-"
+    return "< 0.0001" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+
+
+def decide_all(claims: list[Claim]) -> tuple[list[tuple[str, str]], int]:
+    """(verdict, our numbers) of every claim, the family adjusted together; and its size."""
+    assessments, size = assess_all(claims)
+    return [(verdict_of(found), tests_text(found)) for found in assessments], size
+
+
+def assess_all(claims: list[Claim]) -> tuple[list[Assessment], int]:
+    assessments = [assess(claim) for claim in claims]
+    return assessments, adjust(assessments)
 
 
 def decide(claim: Claim) -> tuple[str, str]:
-    """(verdict, our numbers as text). A claim with seeds (issue 26 item 5) is decided at each
-    seed; the verdict stands when two seeds or more ran and agree, "one seed" marks a verdict
-    from one, and seeds that disagree say so."""
-    if not claim.seeds:
-        overall, per_metric = claim_verdicts(claim)
-        return overall, ours_text(per_metric)
-    by_seed = {seed: claim_verdicts(claim, seed) for seed in sorted(claim.seeds)}
-    ran = {seed: found for seed, found in by_seed.items() if found[0] != "not run"}
-    if not ran:
-        return "not run", ours_text(next(iter(by_seed.values()))[1])
-    if len(ran) == 1:
-        overall, per_metric = next(iter(ran.values()))
-        return f"{overall} (one seed)", ours_text(per_metric)
-    text = "; ".join(f"seed {seed}: {ours_text(per_metric)}"
-                     for seed, (_, per_metric) in ran.items())
-    verdicts = {overall for overall, _ in ran.values()}
-    if len(verdicts) == 1:
-        return f"{verdicts.pop()} (seeds {', '.join(map(str, ran))})", text
-    if all(overall.startswith(FAILED) for overall, _ in ran.values()):
-        return failed_at_every_seed({seed: overall for seed, (overall, _) in ran.items()}), text
-    return "seeds disagree: " + "; ".join(f"seed {seed} {overall}" for seed, (overall, _)
-                                          in ran.items()), text
+    """(verdict, our numbers) of a claim decided on its own (a family of its tests)."""
+    return decide_all([claim])[0][0]
 
 
-def failed_at_every_seed(verdicts: dict[int, str]) -> str:
-    """One failed-run verdict for a claim whose rows failed the floor at every seed (at
-    different accuracies, so the seeds' texts differ): a failed run, not a disagreement."""
-    rows = "; ".join(f"seed {seed} {v.removeprefix(FAILED).split(BELOW)[0]}"
-                     for seed, v in verdicts.items())
-    below = {seed: v.split(BELOW, 1)[1] for seed, v in verdicts.items()}
-    shown = (next(iter(below.values())) if len(set(below.values())) == 1 else
-             "seeds disagree (" + "; ".join(f"seed {s} {v}" for s, v in below.items()) + ")")
-    return f"{FAILED}{rows}{BELOW}{shown}"
+@cache
+def table_assessments() -> tuple[list[Assessment], int]:
+    """The whole table's assessments, adjusted over the family of all its claims."""
+    return assess_all(CLAIMS_FROM_DATA)
 
 
-def interval_verdict(per_metric: list[tuple[str, str, str]]) -> str:
-    """The verdict the intervals give over the claim's metrics (mixed when they disagree)."""
-    verdicts = {verdict for _, verdict, _ in per_metric}
-    if verdicts == {"not run"}:
-        return "not run"
-    if len(verdicts) == 1:
-        return verdicts.pop()
-    parts = [f"{verdict} ({', '.join(METRIC_NAMES[m] for m, v, _ in per_metric if v == verdict)})"
-             for verdict in ("reproduced", "inconclusive", "not reproduced", "not measurable",
-                             "not run")
-             if verdict in verdicts]
-    return "mixed: " + "; ".join(parts)
+@cache
+def table_decisions() -> tuple[tuple[tuple[str, str], ...], int]:
+    assessments, size = table_assessments()
+    return tuple((verdict_of(found), tests_text(found)) for found in assessments), size
 
 
 def scale_digits(metric: str) -> tuple[int, int]:
@@ -643,27 +890,95 @@ def paper_text(claim: Claim) -> str:
     return "; ".join(cells) or "direction (figure / text)"
 
 
-def ours_text(per_metric: list[tuple[str, str, str]]) -> str:
-    return "; ".join(f"{METRIC_NAMES[metric]} {text}" for metric, _, text in per_metric)
-
-
 def experiments_of(claim: Claim) -> list[str]:
     rows = [row for row in rows_of(claim) if row is not None]
     return sorted({row.experiment for row in rows} | set(claim.seeds.values()))
 
 
+def scale_of(row: Row) -> str:
+    """A row's scale as run: pool, width, epochs, models, where it trained."""
+    summary = load(row.experiment, row.stem)
+    if summary is None:
+        return "not run"
+    config = summary["config"]
+    pool = summary.get("pool_size") or config.get("data", {}).get("pool_size")
+    pool_text = f"{pool / 1000:g}k" if isinstance(pool, int | float) else str(pool)
+    device = (summary.get("timing") or {}).get("device") or config.get("device", "cpu")
+    epochs = config.get("train", {}).get("epochs", "?")
+    return (f"{config.get('data', {}).get('name', '?')} pool {pool_text}, width "
+            f"{config.get('model', {}).get('width', 1):g}, {epochs} epochs, "
+            f"{summary.get('num_models', '?')} models, trained on {device}")
+
+
+PAIR_GAP_POINTS = 5.0  # a pair's test-accuracy gap this far from the paper's is said
+
+
+def accuracy_text(claim: Claim, seed: int | None = None) -> str:
+    """The rows' test accuracies beside the paper's, and the pair-accuracy condition: where
+    our pair's accuracy gap is more than PAIR_GAP_POINTS from the paper's, the comparison is
+    not accuracy-matched as the paper's was (a less accurate model also leaks less)."""
+    rows = [row for row in rows_of(claim, seed) if row is not None]
+    ours = [target_test_accuracy(row) for row in rows]
+    paper = [row.paper_values().get("test_accuracy") for row in rows]
+    if None in ours:
+        return ""
+    text = "test " + " vs ".join(f"{100 * a:.1f}" for a in ours)
+    if None not in paper:
+        text += " (paper " + " vs ".join(f"{100 * a:.1f}" for a in paper) + ")"
+    if len(rows) == 2 and rows[0].label != rows[1].label and None not in paper \
+            and claim.kind in ("greater", "similar"):
+        gap, paper_gap = 100 * (ours[0] - ours[1]), 100 * (paper[0] - paper[1])
+        if abs(gap - paper_gap) > PAIR_GAP_POINTS:
+            text += (f"; not accuracy-matched as in the paper: gap {gap:+.1f} vs the paper's "
+                     f"{paper_gap:+.1f} points")
+    return text
+
+
+def scale_text(claim: Claim) -> str:
+    seed = min(claim.seeds) if claim.seeds else None
+    high, low = rows_of(claim, seed)
+    scales = {scale_of(row) for row in (high, low) if row is not None}
+    accuracies = [f"seed {s}: {accuracy_text(claim, s)}" if s is not None else
+                  accuracy_text(claim) for s in (sorted(claim.seeds) or [None])]
+    caveats = [caveat for key, caveat in ROW_CAVEATS.items()
+               if any(row and key(row) for row in (high, low))]
+    return "; ".join([*sorted(scales), *[a for a in accuracies if not a.endswith(": ")
+                                         and a], *caveats])
+
+
+ROW_CAVEATS = {  # what a row's provenance qualifies (issue 79)
+    (lambda row: "input_dropout" in row.attack and "dropout_grid" not in row.experiment):
+        "input dropout: grid {0.01, 0.05}, N = 4, no p = 0, chosen on one reference",
+    (lambda row: "input_dropout" in row.attack and "dropout_grid" in row.experiment):
+        "input dropout: grid p in {0, 0.01, 0.02, 0.05, 0.1} x N in {4, 8}, chosen on every "
+        "reference, never the target",
+    (lambda row: "memorization" in row.label and "independent" not in row.experiment):
+        "memorization from the attack's own references (reused: partly mechanical)",
+    (lambda row: "memorization" in row.label and "independent" in row.experiment):
+        "memorization from 8 independent models (not the target, not its references)",
+}
+
+
+TABLE_HEADER = ["| paper, table | claim | paper | ours (95% CI; decision) | verdict "
+                "(Holm-adjusted) | scale: data, width, epochs, models, accuracy vs the paper's "
+                "| experiment |", "| --- | --- | --- | --- | --- | --- | --- |"]
+
+
 def claims_table() -> str:
-    lines = ["| paper, table | claim | paper | ours (95% CI) | verdict | experiment |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    decided, family = table_decisions() if CLAIMS is CLAIMS_FROM_DATA else decide_all(CLAIMS)
+    lines = list(TABLE_HEADER)
     counts: dict[str, int] = {}
     below_floor: dict[str, int] = {}
-    for claim in CLAIMS:
-        overall, ours = decide(claim)
+    conditions: dict[str, int] = {}
+    for claim, (overall, ours) in zip(CLAIMS, decided):
         note = f" ({claim.note})" if claim.note else ""
         lines.append(f"| {claim.source} | {claim_text(claim)} | {paper_text(claim)} | "
-                     f"{ours} | **{overall}**{note} | "
+                     f"{ours} | **{overall}**{note} | {scale_text(claim)} | "
                      f"{', '.join(experiments_of(claim))} |")
-        category = overall.split(":")[0]  # "failed run: ...", "mixed: ..." or the verdict
+        if claim.kind == "at_least":
+            conditions[overall] = conditions.get(overall, 0) + 1
+            continue
+        category = re.split(r":| \(", overall)[0]  # "failed run", "mixed", or the verdict
         counts[category] = counts.get(category, 0) + 1
         if category == "failed run":
             below = re.split(r":| \(", overall.split(BELOW, 1)[1])[0]
@@ -672,7 +987,12 @@ def claims_table() -> str:
     if below_floor:
         tally += " (below the floors, not counted: " + ", ".join(
             f"{n} {verdict}" for verdict, n in sorted(below_floor.items())) + ")"
-    return "\n".join(lines) + f"\n\n{len(CLAIMS)} claims: {tally}.\n"
+    said = (f"\n\n{sum(counts.values())} claims: {tally}; decided over a family of {family} "
+            "per-metric tests (Holm, family-wise error 5%).")
+    if conditions:
+        said += " Conditions (accuracy matches, not claims): " + ", ".join(
+            f"{n} {state}" for state, n in sorted(conditions.items())) + "."
+    return "\n".join(lines) + said + "\n"
 
 
 def rows_table(experiment: str) -> str:
@@ -714,7 +1034,7 @@ def write_verdicts() -> list[Path]:
                 f"floors: {floors_text()}.", "", rows_table(experiment), "",
                 "| paper, table | claim | verdict | ours |", "| --- | --- | --- | --- |"]
         for claim in claims:
-            overall, ours = decide(claim)
+            overall, ours = table_decisions()[0][CLAIMS.index(claim)]
             text.append(f"| {claim.source} | {claim_text(claim)} | {overall} | {ours} |")
         path = outputs / "summary.md"
         replace_block(path, "\n".join(text) + "\n", "verdicts")
@@ -755,6 +1075,198 @@ def plan_text() -> str:
     return "\n".join(lines)
 
 
+CLAIMS_MD = HERE / "CLAIMS.md"
+FINDINGS_MD = HERE / "FINDINGS.md"
+GENERATED = ("<!-- Generated by `python experiments/claims.py` from the committed outputs "
+             "(experiments/claims.yaml, */outputs/*.results.json, paired.json); do not edit: "
+             "rerun it. -->")
+
+
+def interval_sources() -> str:
+    """How many of the table's results.json carry the crossed bootstrap (issue 23)."""
+    paths = {(row.experiment, row.stem) for row in ROWS.values()}
+    paths |= {(experiment, ROWS[label].stem) for claim in CLAIMS
+              for experiment in claim.seeds.values() for label in (claim.high, claim.low)
+              if label}
+    found = [load(*path) for path in sorted(paths)]
+    found = [summary for summary in found if summary]
+    crossed = sum(any("ci_method" in (a.get("pooled") or {}) for a in s["attacks"].values())
+                  for s in found)
+    cuda = sum((s.get("timing") or {}).get("device", s["config"].get("device")) == "cuda"
+               for s in found)
+    return (f"Of the {len(found)} results.json the table reads, {crossed} carry the crossed "
+            f"bootstrap's intervals (the others: the per-target-summary interval, which errs "
+            f"wide); {cuda} were trained on CUDA, the rest on this project's CPU box.")
+
+
+METHOD = """\
+How to read it (issue 79):
+
+- **Each claim compares two rows on some metrics**; each metric is one test of a decision
+  statistic with its 95% interval: the paired-bootstrap interval of the difference where the
+  two rows share targets and samples (two attacks of one run: results.json's `differences`;
+  two runs with the same memberships: `paired.json`); otherwise the difference of the two
+  rows' intervals by MOVER (Zou & Donner 2008). Bound claims test the distance to the
+  (epsilon, 1e-5) ROC bound, "positive" Spearman's rho by Fisher's z.
+- **p-values from the intervals**: results.json keeps intervals, not bootstrap replicates, so
+  each p-value inverts its interval as a normal one with the standard error of its side
+  facing the null (`miaudit.analysis.decision_rules.interval_p`): p < 0.05 exactly when the
+  95% interval excludes the null. The paired bootstrap's own replicates (from kept scores)
+  are not used: kept scores exist for 4 rows, never both sides of a pair at both seeds.
+- **Not the simultaneous bands**: results.json's `*_ci_simultaneous` cover one ROC curve's
+  FPR levels at once (within one row), not the table's claims, so they are shown nowhere here.
+- **Family-wise error, not false discovery rate**: Holm's step-down procedure over every
+  decidable per-metric test of the table (one per metric of each claim, pooled over seeds),
+  at 5% family-wise error under any dependence between the tests (claims share models, so
+  the tests are not independent: Holm needs no independence). The verdict column is the
+  adjusted verdict; "unadjusted: ..." follows where it differs; the 95% intervals shown are
+  the unadjusted ones.
+- **Seeds**: a claim run at two seeds is decided on the seeds pooled by a fixed-effects
+  (inverse-variance) combination of the two seeds' decision statistics, said as "seeds
+  pooled" (the seeds' targets are disjoint draws: independent estimates; a combined paired
+  bootstrap over both seeds' targets needs scores this repository does not keep). "Seeds
+  disagree" only when the two seeds are significant (unadjusted) in opposite directions;
+  otherwise the verdict says what each seed shows ("reproduced at seed 1; seed 0
+  inconclusive, same direction").
+- **Equivalence** ("~", "similar") by two one-sided tests (Schuirmann 1987) at 5%: the
+  papers' largest difference called comparable (A Tab. 6, B Tab. 2), taken relative to the
+  paper's level of the metric and applied to ours (AUC's level: AUC - 0.5); the paper's
+  absolute margin is printed beside it.
+- **Conditions, not claims**: an accuracy-matched control's check ("control no more accurate
+  than DeMem") is a condition of the claim above it: met (significantly less accurate), met
+  within the margin, not shown, or violated; not counted among the claims, not in the family.
+  The scale column says where a pair is not accuracy-matched as the paper's was (its test
+  accuracy gap more than 5 points from the paper's).
+- **Inconclusive "greater" claims** say what scale would decide them at 80% power (5% two-sided,
+  the measured effect staying, standard error falling as 1/sqrt(scale)): ((1.96 + 0.84) x
+  SE / effect)^2, said as such; before the family's adjustment.
+- **By a hair**: a test whose interval excludes the null (or the margin) by less than a tenth
+  of its width says so.
+- **Floors**: a row below its family's test-accuracy floor is a failed run and decides
+  nothing (what it measured is shown, unadjusted, not counted); rows calibrated on different
+  numbers of reference models are not compared.
+"""
+
+
+def claims_md() -> str:
+    return "\n".join([GENERATED, "", "# The three studies' claims at CPU scale", "",
+                      "One row per claim (two rows compared on some metrics), from the "
+                      "committed outputs. Test-accuracy floors: " + floors_text() + ". "
+                      + interval_sources(), "", METHOD, claims_table()])
+
+
+@cache
+def findings_data() -> dict:
+    return yaml.safe_load(DATA.read_text()).get("findings", {})
+
+
+def find_claim(entry: dict) -> int:
+    """The index in CLAIMS of the claim a findings entry names (source, high, low)."""
+    for index, claim in enumerate(CLAIMS_FROM_DATA):
+        if (claim.source, claim.high, claim.low) == (entry["source"], entry["high"],
+                                                    entry.get("low", "")):
+            return index
+    raise ValueError(f"{DATA.name}: findings entry {entry!r} names no claim")
+
+
+PLAIN = {"reproduced": "holds", "not reproduced": "refuted (the other way)",
+         "mixed": "holds on some metrics only", "seeds disagree": "seeds disagree",
+         "inconclusive": "open", "not run": "not run"}
+
+
+def plain_words(verdict: str) -> str:
+    head = re.split(r":| \(", verdict)[0]
+    if head != "mixed":
+        return PLAIN.get(head, head)
+    parts = set(re.findall(r"(not reproduced|reproduced|inconclusive) \(", verdict))
+    if "reproduced" in parts:
+        return "holds on some metrics only" + (
+            ", refuted on others" if "not reproduced" in parts else "")
+    return "refuted on some metrics, open on the others"
+
+
+def verdict_cell(verdict: str) -> str:
+    plain = plain_words(verdict)
+    return f"**{plain}**" if plain == verdict else f"**{plain}**: {verdict}"
+
+
+def adjusted_interval(test: Test, family: int) -> str:
+    """The effect with its Bonferroni interval over the family (1 - 0.05 / family, two-sided):
+    the simultaneous interval that matches family-wise control (Holm's decisions can be
+    sharper than it)."""
+    value, low, high = test.stat
+    z = float(norm.ppf(1 - ALPHA / (2 * family)))
+    lo = value - z * side_se(value, low, high, low - 1)
+    hi = value + z * side_se(value, low, high, high + 1)
+    return fmt_difference(test.metric, {"value": value, "ci": (lo, hi)})
+
+
+def cost_to_decide(claim: Claim, test: Test) -> str:
+    """The 80%-power scale factor times what training the claim's rows took (one seed)."""
+    if not test.decidable or test.margin or test.verdict(True) != "inconclusive":
+        return ""
+    value, low, high = test.stat
+    if value <= 0:
+        return f"{METRIC_NAMES[test.metric]}: estimate against the claim: no scale decides it"
+    factor = test.power_scale()
+    seconds, devices = 0.0, set()
+    for row in rows_of(claim, min(claim.seeds) if claim.seeds else None):
+        summary = row and load(row.experiment, row.stem)
+        if summary:
+            seconds += summary["target_models"].get("train_seconds_mean", 0) * summary.get(
+                "num_models", 0)
+            devices.add((summary.get("timing") or {}).get("device", "cpu"))
+    if factor > 100:
+        return "effect ~0: more than 100x the targets and samples for 80% power"
+    hours = factor * seconds / 3600
+    return (f"{METRIC_NAMES[test.metric]}: ~{factor:.1f}x the targets and samples for 80% power "
+            f"at the family's level (estimate: ~{hours:.0f} {'/'.join(sorted(devices))}-hours "
+            "of training at this model size, from the rows' measured per-model times)")
+
+
+def findings_md() -> str:
+    """One screen per paper: its central claims, ours beside the paper's, in plain words."""
+    assessments, family = table_assessments()
+    decided, _ = table_decisions()
+    out = [GENERATED, "", "# What the three papers' central claims look like at CPU scale", "",
+           f"Each row is one claim of `CLAIMS.md` (its decision rules there): the effect is the "
+           f"pooled decision statistic (high - low, or the distance to a bound) with its interval "
+           f"adjusted over the table's family of {family} tests (Bonferroni, two-sided "
+           f"{100 * (1 - ALPHA / family):.3f}%); the verdict is Holm's.", ""]
+    for data in findings_data().values():
+        out += [f"## {data['title']}", "",
+                "| claim (paper) | paper's numbers | ours: effect [adjusted interval] | test "
+                "accuracy, ours (paper's) | verdict |", "| --- | --- | --- | --- | --- |"]
+        deciders = []
+        for entry in data["claims"]:
+            index = find_claim(entry)
+            claim, found = CLAIMS_FROM_DATA[index], assessments[index]
+            effects = "; ".join(f"{METRIC_NAMES[t.metric]} {adjusted_interval(t, family)}"
+                                for t in found.pooled if t.decidable) or "-"
+            seed = min(claim.seeds) if claim.seeds else None
+            out.append(f"| {entry['says']} ({claim.source}) | {paper_text(claim)} | {effects} | "
+                       f"{accuracy_text(claim, seed) or '-'} | {verdict_cell(decided[index][0])} |")
+            deciders += [f"- {entry['says']}: {cost}" for t in found.pooled
+                         if (cost := cost_to_decide(claim, t))]
+        out += ["", f"**Scale gap.** {data['gap']}", ""]
+        if data.get("queued"):
+            out += [f"**Queued (not run this session).** {data['queued']}", ""]
+        if deciders:
+            out += ["**What would decide the open ones** (the measured effect held; 80% power at "
+                    f"the family's Bonferroni level, 5% / {family} two-sided):", *deciders, ""]
+    return "\n".join(out)
+
+
+def write_generated(folder: Path = HERE) -> list[Path]:
+    """CLAIMS.md and FINDINGS.md into ``folder``."""
+    written = []
+    for name, text in (("CLAIMS.md", claims_md()), ("FINDINGS.md", findings_md())):
+        path = folder / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queue", action="store_true",
@@ -762,15 +1274,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plan", action="store_true",
                         help="print what each queued experiment still has to run, and the "
                              "claims waiting for it, and exit")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write CLAIMS.md and FINDINGS.md into this folder (default: "
+                             "experiments/) and skip the summaries")
     args = parser.parse_args(argv)
     if args.queue or args.plan:
         print("\n".join(QUEUE) if args.queue else plan_text())
         return
-    for path in write_verdicts():
+    for path in [] if args.out else write_verdicts():
         print(f"wrote {path.relative_to(HERE.parent)}")
-    replace_block(README, claims_table(), "claims")
-    print(claims_table())
-
+    for path in write_generated(args.out or HERE):
+        print(f"wrote {path}")
 
 if __name__ == "__main__":
     main()

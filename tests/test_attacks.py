@@ -486,20 +486,69 @@ def test_shokri_features_and_separable_case():
     assert (scores[keep[0]] > 0.5).all() and (scores[~keep[0]] < 0.5).all()
 
 
+def _dropout_world(informative: int):
+    """Three collected columns, the plain query and two dropout settings; membership shows in
+    column ``informative`` only."""
+    data = synthetic(queries=3, shift=0.0, seed=4)
+    data.query_names[:] = ["identity", "dropout:p=0.01,n=10", "dropout:p=0.1,n=10"]
+    signal = synthetic(queries=3, shift=2.0, seed=4).logits
+    data.logits[:, :, informative] = signal[:, :, informative]
+    return data
+
+
 def test_dropout_search_picks_the_informative_column():
-    data = synthetic(queries=2, shift=0.0, seed=4)
-    data.query_names[:] = ["dropout:p=0.01,n=10", "dropout:p=0.1,n=10"]
-    informative = synthetic(queries=2, shift=2.0, seed=4).logits
-    data.logits[:, :, 1] = informative[:, :, 1]  # membership shows in the second column only
+    data = _dropout_world(2)
     attack = ATTACKS.build("dropout_search", attack="attack_r")
     result = attack.evaluate(data, 0, np.arange(1, 8))
     assert result.info["chosen_query"] == "dropout:p=0.1,n=10"
     grid = result.info["grid_auc"]
-    assert grid["dropout:p=0.1,n=10"] > 0.7 > grid["dropout:p=0.01,n=10"]
+    assert grid["dropout:p=0.1,n=10"] > 0.7 > max(grid["dropout:p=0.01,n=10"], grid["identity"])
+    assert result.info["tuning_models"] == list(range(1, 8))  # every reference, never 0
+    assert all(len(v) == 7 for v in result.info["grid_auc_per_reference"].values())
     expected = ATTACKS.build("attack_r", queries=["dropout:p=0.1,n=10"]).evaluate(
         data, 0, np.arange(1, 8))
     np.testing.assert_array_equal(result.scores, expected.scores)
     assert result.info["inner_info"] == expected.info
+
+
+def test_dropout_search_includes_p_0_and_cannot_do_worse_than_no_dropout():
+    # membership shows without dropout only: the search keeps the plain query, and its
+    # scores are the plain attack's
+    data = _dropout_world(0)
+    result = ATTACKS.build("dropout_search", attack="attack_r").evaluate(data, 0,
+                                                                         np.arange(1, 8))
+    plain = ATTACKS.build("attack_r", queries=["identity"]).evaluate(data, 0, np.arange(1, 8))
+    assert result.info["chosen_query"] == "identity"
+    np.testing.assert_array_equal(result.scores, plain.scores)
+    # ties go to p = 0: three identical columns
+    data.logits[:, :, 1] = data.logits[:, :, 2] = data.logits[:, :, 0]
+    tied = ATTACKS.build("dropout_search", attack="attack_r").evaluate(data, 0, np.arange(1, 8))
+    assert tied.info["chosen_query"] == "identity"
+    # before issue 79: no plain candidate, first reference only
+    old = ATTACKS.build("dropout_search", attack="attack_r", plain=None, tuning="first")
+    found = old.evaluate(_dropout_world(0), 0, np.arange(1, 8))
+    assert "identity" not in found.info["grid_auc"] and found.info["tuning_models"] == [1]
+
+
+def test_dropout_search_never_reads_the_targets_membership():
+    # the selection is out of sample for the target: scrambling the target's membership
+    # labels changes neither the chosen column nor any tuning AUC
+    data = _dropout_world(2)
+    attack = ATTACKS.build("dropout_search", attack="attack_r")
+    before = attack.evaluate(data, 0, np.arange(1, 8)).info
+    data.keep[0] = np.random.default_rng(9).permutation(data.keep[0])
+    after = attack.evaluate(data, 0, np.arange(1, 8)).info
+    assert before["chosen_query"] == after["chosen_query"]
+    assert before["grid_auc_per_reference"] == after["grid_auc_per_reference"]
+
+
+def test_dropout_search_refuses_a_plain_query_it_was_not_given():
+    data = _dropout_world(2)
+    data.query_names[0] = "flip"
+    with pytest.raises(ValueError, match="plain query 'identity' .* not collected"):
+        ATTACKS.build("dropout_search", attack="attack_r").evaluate(data, 0, np.arange(1, 8))
+    with pytest.raises(ValueError, match="tuning"):
+        ATTACKS.build("dropout_search", attack="attack_r", tuning="best")
 
 
 # -- vectorized vs plain loops ------------------------------------------------------------------

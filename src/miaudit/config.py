@@ -260,6 +260,10 @@ class AuditConfig(_Strict):
     robust_eval: RobustEvalConfig | None = None
     # label of the attack whose scores feed the memorization analysis (DeMem Figure 1)
     memorization_attack: str | None = None
+    # rotation: the last K models of the family estimate memorization for that analysis and
+    # are left out of its target's attack references (issue 79: an independent estimate);
+    # None: memorization from every model but the target (the attack's references reused)
+    memorization_models: int | None = Field(default=None, ge=2)
     output_dir: Path = Path("runs")
     # reuse identical trained models across run directories (output_dir/model_cache)
     share_models: bool = True
@@ -326,7 +330,23 @@ class AuditConfig(_Strict):
         if self.memorization_attack is not None and self.memorization_attack not in labels:
             raise ValueError(f"memorization_attack {self.memorization_attack!r} is not one of "
                              f"the attacks {labels}")
+        if self.memorization_models is not None:
+            self._check_memorization_models(labels)
         return self
+
+    def _check_memorization_models(self, labels: list[str]) -> None:
+        """The memorization family needs the analysis, rotation, and enough models left for
+        the analysed attack's references."""
+        if self.memorization_attack is None or self.protocol != "rotation":
+            raise ValueError("memorization_models needs memorization_attack and protocol "
+                             "rotation (the last K models of the family estimate memorization)")
+        spec = self.attacks[labels.index(self.memorization_attack)]
+        left = self.num_models - 1 - self.memorization_models
+        needed = build_attack(spec, "memorization_attack").min_references
+        if left < max(1, needed):
+            raise ValueError(f"memorization_models {self.memorization_models} leaves the "
+                             f"memorization attack {left} reference models, it needs "
+                             f"{max(1, needed)}; raise num_models or lower memorization_models")
 
     @model_validator(mode="after")
     def _holdout(self) -> AuditConfig:

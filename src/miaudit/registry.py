@@ -243,7 +243,8 @@ DATASETS: Registry = Registry("dataset", _modules("data", {
     "cifar10": "cifar", "cifar100": "cifar", "digits": "digits", "imagefolder": "imagefolder",
     "location30": "location", "synthetic": "synthetic", "tabular": "tabular", "text": "text"}))
 MODELS: Registry = Registry("model", _modules("models", {
-    "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "odenet": "ode",
+    "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "resnet50": "resnet",
+    "odenet": "ode",
     "odenet64": "ode", "anode": "ode", "sonode": "ode", "hbnode": "ode", "sdenet": "sde",
     "snn_cnn": "snn", "snn_resnet18": "snn", "ann_cnn": "snn", "ann_resnet18": "snn",
     "causal_lm": "causal_lm"}))

@@ -5,6 +5,12 @@ random halves): mem(x) = Pr_IN[f(x) = y] - Pr_OUT[f(x) = y], the accuracy on x o
 trained on x minus that of the models that did not. An audit's keep matrix is exactly such a
 design (every sample IN for half of the models).
 
+Memorization from independent models (issue 79; the DeMem paper's Table 1 / Fig. 1 read it off
+models that are neither the attacked target nor the attack's references): pass
+``memorization_models``, a disjoint family of the audit's models; the analysis then states the
+estimate's own uncertainty, the per-sample binomial standard error of Pr_IN - Pr_OUT and a
+bootstrap over the memorization models of every summary it reports.
+
 The analysis of one target model relates memorization to the per-sample loss (Spearman rank
 correlation, for the target's members and non-members separately) and splits the pool into
 memorization bins (bin 0: mem <= 0; bins 1..21: equal widths over (0, 1]) with, per bin, the
@@ -13,6 +19,7 @@ target's train and test accuracy and the MI leakage (TPR at 0.1% FPR).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +71,22 @@ def memorization(outputs: np.ndarray, labels: np.ndarray, keep: np.ndarray, quer
     return np.where((n_in > 0) & (n_out > 0), pr_in - pr_out, np.nan)
 
 
+def memorization_se(outputs: np.ndarray, labels: np.ndarray, keep: np.ndarray, query: int = 0,
+                     models: np.ndarray | list[int] | None = None) -> np.ndarray:
+    """(N,) the binomial standard error of each sample's memorization estimate over
+    ``models`` (all when None): sqrt(p_in (1 - p_in) / n_in + p_out (1 - p_out) / n_out)."""
+    correct = correctness(outputs, labels, query)
+    keep = np.asarray(keep, dtype=bool)
+    if models is not None:
+        correct, keep = correct[np.asarray(models)], keep[np.asarray(models)]
+    n_in, n_out = keep.sum(0), (~keep).sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_in = (correct & keep).sum(0) / n_in
+        p_out = (correct & ~keep).sum(0) / n_out
+        variance = p_in * (1 - p_in) / n_in + p_out * (1 - p_out) / n_out
+    return np.where((n_in > 0) & (n_out > 0), np.sqrt(variance), np.nan)
+
+
 def memorization_bins(mem: np.ndarray, bins: int = 21) -> np.ndarray:
     """Bin index per sample: 0 for mem <= 0, k in 1..bins for mem in ((k-1)/bins, k/bins],
     -1 where mem is NaN."""
@@ -108,11 +131,17 @@ def _bin_row(k: int, bins: int, rows: np.ndarray, member: np.ndarray, correct: n
 
 def memorization_analysis(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
                           scores: np.ndarray, target: int, query: int = 0,
-                          bins: int = 21) -> dict[str, Any]:
+                          bins: int = 21, memorization_models: list[int] | None = None,
+                          rounds: int = 200, seed: int = 0) -> dict[str, Any]:
     """The DeMem paper's Figure 1 analysis for one target model of an audit.
 
     logits (M, N, Q, C), labels (N,), keep (M, N), scores (N,) an attack's membership scores
-    for ``target`` (higher = member). Memorization is estimated from the other M - 1 models.
+    for ``target`` (higher = member). Memorization is estimated from the other M - 1 models,
+    or, given ``memorization_models``, from those only (a family disjoint from the target and,
+    for an independent estimate, from the attack's references): then the table also carries
+    the estimate's own uncertainty (``independent``: the models, the median per-sample
+    standard error, and 95% percentile intervals of each summary over ``rounds`` bootstrap
+    resamples of the memorization models).
     Returns a table (plain dict): Spearman correlation of the target's per-sample loss with
     memorization for its members ("train") and non-members ("test"), and per memorization bin
     the counts, the target's train/test accuracy, "tpr@0.1%" (the bin's members above the
@@ -126,14 +155,52 @@ def memorization_analysis(logits: np.ndarray, labels: np.ndarray, keep: np.ndarr
         raise ValueError(f"target {target} is not a model index (0..{len(keep) - 1})")
     if scores.shape != labels.shape:
         raise ValueError(f"scores {scores.shape} do not match labels {labels.shape}")
-    mem = memorization(logits, labels, keep, query, exclude=target)
+    models = None
+    if memorization_models is not None:
+        models = np.asarray(sorted(set(memorization_models)), dtype=np.int64)
+        if target in models or len(models) < 2 or models.min() < 0 \
+                or models.max() >= len(keep):
+            raise ValueError(f"memorization_models must be two or more model indices other "
+                             f"than the target {target}, got {list(memorization_models)}")
+        correct_all = correctness(logits, labels, query)
+        mem = _mem_of(correct_all[models], keep[models])
+    else:
+        mem = memorization(logits, labels, keep, query, exclude=target)
     member = keep[target]
     loss = cross_entropy(logits[target, :, query], labels)
     correct = correctness(logits[target : target + 1], labels, query)[0]
     above = scores >= _global_threshold(scores, member, FPR_LEVEL)
+    table = _summaries(mem, member, loss, correct, above, scores, bins)
+    table = {"target": int(target), "query": int(query), "bins_over_0_1": int(bins), **table}
+    if models is not None:
+        se = memorization_se(logits, labels, keep, query, models)
+        rng = np.random.default_rng(seed)
+        with warnings.catch_warnings():  # a resample may leave a bin or a side empty
+            warnings.simplefilter("ignore", RuntimeWarning)
+            draws = [_summaries(_mem_of(correct_all[chosen], keep[chosen]), member, loss,
+                                correct, above, scores, bins)
+                     for chosen in (rng.choice(models, len(models)) for _ in range(rounds))]
+        table["independent"] = {
+            "memorization_models": [int(m) for m in models],
+            "median_se": float(np.nanmedian(se)),
+            "bootstrap_rounds": int(rounds),
+            "ci95": {key: _percentiles([pick(d) for d in draws])
+                     for key, pick in HEADLINES.items()},
+        }
+    return table
+
+
+def _mem_of(correct: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    n_in, n_out = keep.sum(0), (~keep).sum(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((n_in > 0) & (n_out > 0), (correct & keep).sum(0) / n_in
+                        - (correct & ~keep).sum(0) / n_out, np.nan)
+
+
+def _summaries(mem: np.ndarray, member: np.ndarray, loss: np.ndarray, correct: np.ndarray,
+               above: np.ndarray, scores: np.ndarray, bins: int) -> dict[str, Any]:
     bin_of = memorization_bins(mem, bins)
     return {
-        "target": int(target), "query": int(query), "bins_over_0_1": int(bins),
         "n_undefined": int((bin_of < 0).sum()),
         "mean_memorization": {"train": float(np.nanmean(mem[member])),
                               "test": float(np.nanmean(mem[~member]))},
@@ -142,6 +209,30 @@ def memorization_analysis(logits: np.ndarray, labels: np.ndarray, keep: np.ndarr
         "bins": [_bin_row(k, bins, bin_of == k, member, correct, above, scores)
                  for k in range(bins + 1)],
     }
+
+
+def _pooled_tpr(table: dict[str, Any], high: bool) -> float:
+    """TPR@0.1% of the members of memorization 0 (``high`` False) or > 0.5 (True)."""
+    rows = [b for b in table["bins"] if b["n_members"]
+            and (b["low"] >= 0.5 if high else b["bin"] == 0)]
+    n = sum(b["n_members"] for b in rows)
+    return sum(b["tpr@0.1%"] * b["n_members"] for b in rows) / n if n else float("nan")
+
+
+HEADLINES = {  # the summaries whose bootstrap interval over memorization models is reported
+    "rho_train": lambda t: t["spearman_loss_mem"]["train"]["rho"],
+    "rho_test": lambda t: t["spearman_loss_mem"]["test"]["rho"],
+    "tpr@0.1%_memorization_0": lambda t: _pooled_tpr(t, False),
+    "tpr@0.1%_memorization_above_0.5": lambda t: _pooled_tpr(t, True),
+}
+
+
+def _percentiles(values: list[float]) -> list[float]:
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return [float("nan"), float("nan")]
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
 
 
 def plot_memorization_analysis(table: dict[str, Any], path: str | Path) -> Path:

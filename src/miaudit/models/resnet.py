@@ -67,3 +67,61 @@ def resnet14(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1
     return staged_layout(cin, widths,
                          lambda c: nn.Sequential(*[ResBlock(c, norm) for _ in range(blocks)]),
                          norm, stem, num_classes)
+
+
+class Bottleneck(nn.Module):
+    """ResNet-50's bottleneck block (He et al. 2016, "Deep residual learning", Table 1):
+    1x1 reduce, 3x3 (stride here), 1x1 expand x4, each followed by norm; ReLU after the sum;
+    a 1x1 strided projection where the shape changes."""
+
+    def __init__(self, cin: int, mid: int, stride: int, norm: str):
+        super().__init__()
+        cout = 4 * mid
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, mid, 1, bias=False), norm_layer(norm, mid), nn.ReLU(),
+            conv3x3(mid, mid, stride), norm_layer(norm, mid), nn.ReLU(),
+            nn.Conv2d(mid, cout, 1, bias=False), norm_layer(norm, cout))
+        self.shortcut = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride=stride, bias=False), norm_layer(norm, cout))
+        self.relu = nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.relu(self.body(x) + self.shortcut(x))
+
+
+class ResNet50(nn.Module):
+    """The CIFAR variant of ResNet-50: a 3x3 stride-1 stem without max pooling (32x32 inputs
+    keep their resolution into the first stage), stages of 3, 4, 6, 3 bottlenecks at 64, 128,
+    256, 512 (x4 out), global average pooling, linear head."""
+
+    def __init__(self, cin: int, num_classes: int, width: float, norm: str):
+        super().__init__()
+        mids = [scaled(c, width) for c in (64, 128, 256, 512)]
+        self.stem = nn.Sequential(conv3x3(cin, mids[0]), norm_layer(norm, mids[0]), nn.ReLU())
+        layers, channels = [], mids[0]
+        for stage, (mid, count) in enumerate(zip(mids, (3, 4, 6, 3))):
+            for index in range(count):
+                stride = 2 if stage > 0 and index == 0 else 1
+                layers.append(Bottleneck(channels, mid, stride, norm))
+                channels = 4 * mid
+        self.stages = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(channels, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.stages(self.stem(x)))
+
+
+def check_resnet50(*, norm: str) -> None:
+    check_norm(norm)
+
+
+@MODELS.register("resnet50", check=check_resnet50)
+def resnet50(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
+             norm: str = "batch") -> ResNet50:
+    """ResNet-50, CIFAR variant (3x3 stem, no max pool): the DeMem study's model (paper B).
+
+    Options: ``norm`` batch | group | none."""
+    cin = image_channels(input_shape, "resnet50")
+    check_resnet50(norm=norm)
+    return ResNet50(cin, num_classes, width, norm)

@@ -121,7 +121,9 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
                                 plan.split.audited, folder, claim, blind=blind)
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
-        write_memorization(run, data, plan, cfg.memorization_attack, scores_dir)
+        spec = next(a for a in cfg.attacks if a.label == cfg.memorization_attack)
+        write_memorization(run, data, plan, cfg.memorization_attack, scores_dir,
+                           cfg.memorization_models, spec)
     if planned.pool.is_text:
         stats = text_model_stats(logits, plan.keep, plan.split.audited, targets)
     else:
@@ -147,19 +149,32 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
 
 
 def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
-                       scores_dir: str) -> None:
+                       scores_dir: str, family: int | None = None,
+                       spec: Any = None) -> None:
     """DeMem Figure 1 analysis for the first target, from ``attack``'s scores (audited
-    samples only)."""
+    samples only). With ``family`` (K): memorization from the last K models only, and the
+    target re-scored by ``spec`` (the attack) with references that exclude them, so the
+    estimate is independent of both the target and the attack's references."""
     from miaudit._runtime.io import record_digests
     from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
     from miaudit.auditor.rundir import read_scores
 
     audited = plan.split.audited
     target = plan.targets[0]
-    scores = read_scores(run.root, scores_dir, attack)[0]
+    models = None
+    if family is None:
+        scores = read_scores(run.root, scores_dir, attack)[0]
+    else:
+        models = list(range(len(plan.keep) - family, len(plan.keep)))
+        references = np.array([r for r in plan.references(target) if r not in models])
+        outcome = build_attack(spec, "memorization_attack").evaluate(data, target, references)
+        scores = np.asarray(outcome.scores)[audited]
     table = memorization_analysis(data.logits[:, audited], data.labels[audited],
-                                  plan.keep[:, audited], scores, target)
+                                  plan.keep[:, audited], scores, target,
+                                  memorization_models=models)
     table["attack"], table["scores_dir"] = attack, scores_dir  # the generation it belongs to
+    if models is not None:
+        table["attack_references"] = len(plan.keep) - 1 - family
     write_json(run.root / "memorization.json", table)
     plot_memorization_analysis(table, run.root / "memorization.png")
     record_digests(run.root, ["memorization.json", "memorization.png"])
