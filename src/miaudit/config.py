@@ -413,6 +413,7 @@ class AuditConfig(_Strict):
         return f"{self.data.name}-{self.model.name}".replace(":", "_").replace(".", "_")
 
     def to_yaml(self) -> str:
+        """The config as YAML (what ``miaudit config`` prints; loads back unchanged)."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
@@ -442,6 +443,7 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
 
 
 def validate_config(raw: dict[str, Any]) -> AuditConfig:
+    """Check a config mapping and build it; a ConfigError names the first bad field."""
     if not isinstance(raw, dict):
         raise ConfigError(f"a config is a mapping, got {type(raw).__name__}")
     try:
