@@ -146,9 +146,9 @@ def _entry(registry: Any, name: str) -> list[str]:
     lines = [f"### `{name}` {{ #{_anchor(registry.kind, name)} }}", ""]
     options = _options(constructor)
     if options:
-        lines.append("Options: " + ", ".join(options) + ".")
+        lines.append("Keyword options (defaults): " + ", ".join(options) + ".")
     else:
-        lines.append("Options: none.")
+        lines.append("Keyword options: none.")
     lines.append("")
     doc = inspect.getdoc(constructor) or ""
     lines += [_markdown(doc), ""]

@@ -20,10 +20,10 @@ import pytest
 from conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-FENCE = re.compile(r"(?:<!-- docs-test: (?P<marker>[^\n]*?) -->\n)?```(?P<lang>bash|python)\n"
+FENCE = re.compile(r"(?:<!-- docs-test: (?P<marker>[^\n]*?) -->\n\s*)?```(?P<lang>bash|python)\n"
                    r"(?P<code>.*?)```", re.S)
 TOY = "--pool-size 300 --epochs 2 --num-models 4 --threads 1 --quiet --output-dir runs"
-LINKED = ("examples", "tests", "src", "benchmarks", "experiments")
+LINKED = ("examples", "tests", "src", "benchmarks", "experiments", "pyproject.toml")
 
 
 def blocks() -> list:
