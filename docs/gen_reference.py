@@ -185,7 +185,6 @@ def _markdown(doc: str) -> str:
 
 def cli_page() -> str:
     """Every command of the typer app with its arguments and options."""
-    import click
     import typer
 
     from miaudit.cli import app
@@ -196,12 +195,12 @@ def cli_page() -> str:
              "`miaudit COMMAND --help` print the same). Errors a user can fix print one line "
              "(`error: ...`) and exit with code 2.", ""]
 
-    def walk(command: click.Command, path: list[str]) -> None:
-        if isinstance(command, click.Group):
+    def walk(command: Any, path: list[str]) -> None:
+        if hasattr(command, "commands"):  # a group (typer vendors its own click)
             for name in sorted(command.commands):
                 walk(command.commands[name], [*path, name])
             return
-        ctx = click.Context(command, info_name=" ".join(path))
+        ctx = command.context_class(command, info_name=" ".join(path))
         usage = " ".join([*path, *command.collect_usage_pieces(ctx)])
         lines.extend([f"## `{' '.join(path)}`", "", "```text", usage, "```", "",
                       _markdown(inspect.cleandoc(command.help or "")), ""])
@@ -214,7 +213,7 @@ def cli_page() -> str:
                 default = param.default if not callable(param.default) else None
                 shown = "" if default in (None, ()) else f"`{default!r}`"
                 help_text = getattr(param, "help", None) or ""
-                lines.append(f"| {names} | {_cell(_param_type(param))} | {_cell(shown)} | "
+                lines.append(f"| {names} | {_cell(_param_type(param, ctx))} | {_cell(shown)} | "
                              f"{_cell(_markdown(help_text))} |")
             lines.append("")
 
@@ -222,11 +221,13 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _param_type(param: Any) -> str:
+def _param_type(param: Any, ctx: Any) -> str:
+    if getattr(param, "is_flag", False):
+        return "flag"
+    if hasattr(param, "display_type"):  # typer's own click
+        return param.display_type(ctx).strip("<>")
     kind = getattr(param, "type", None)
-    if kind is None:
-        return "flag" if getattr(param, "is_flag", False) else ""
-    return getattr(kind, "name", str(kind))
+    return getattr(kind, "name", "") if kind is not None else ""
 
 
 # -------------------------------------------------------------------------------------- api
