@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,28 @@ def test_api_reference_renders_the_public_entry_points(site: Path) -> None:
 def test_site_needs_no_network(site: Path) -> None:
     remote = re.compile(r'<(?:script|link)[^>]+(?:src|href)="(?:https?:)?//')
     assert not [p for p in site.rglob("*.html") if remote.search(p.read_text())]
+
+
+def test_report_renders_a_committed_record(tmp_path: Path) -> None:
+    """experiments/ keeps results.json records, not run directories: `miaudit report` renders
+    one again (its table and an HTML report without the score-based figures)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from miaudit.cli import app
+
+    source = REPO / "experiments/papers/A/floor/outputs/2_odenet.results.json"
+    record = tmp_path / "2_odenet.results.json"
+    shutil.copy(source, record)
+    result = CliRunner().invoke(app, ["report", str(record), "--html"])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "2_odenet.report.html").read_text()
+    for label in json.loads(source.read_text())["attacks"]:
+        assert label in page
+    assert "no ROC curves" in result.output
+    refused = CliRunner().invoke(app, ["report", str(record), "--plots"])
+    assert refused.exit_code == 2 and "needs the run directory" in refused.output
+    damaged = tmp_path / "damaged.results.json"
+    damaged.write_text(source.read_text().replace('"seed":0', '"seed":1', 1))
+    assert CliRunner().invoke(app, ["report", str(damaged)]).exit_code == 2
