@@ -23,7 +23,8 @@ from conftest import REPO
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 FENCE = re.compile(r"(?:<!-- docs-test: (?P<marker>[^\n]*?) -->\n\s*)?```(?P<lang>bash|python)\n"
                    r"(?P<code>.*?)```", re.S)
-TOY = "--pool-size 300 --epochs 2 --num-models 4 --threads 1 --quiet --output-dir runs"
+TOY = ("--pool-size 300 --epochs 2 --num-models 4 --threads 1 --quiet "
+       '--output-dir "$DOCS_RUNS"')  # the shared folder's runs/, whatever the block's cwd
 LINKED = ("examples", "tests", "src", "benchmarks", "experiments", "pyproject.toml")
 
 
@@ -61,7 +62,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, dict]:
     for name in LINKED:
         (folder / name).symlink_to(REPO / name)
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "COLUMNS": "160"}
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "COLUMNS": "160",
+           "DOCS_RUNS": str(folder / "runs")}
     run = subprocess.run(f"miaudit audit {TOY}", shell=True, cwd=folder, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
