@@ -120,7 +120,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory, or a r
     from miaudit.report import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
-    if run_dir.is_file():
+    if run_dir.is_file() and run_dir.suffix == ".json":  # a kept record
         _report_record(run_dir, plots=plots, html=html)
         return
     summary = load_summary(run_dir).model_copy(update={"run_dir": str(run_dir)})
