@@ -71,7 +71,7 @@ class ExecutorConfig(BaseModel):
     max_retries: int = Field(2, ge=0)
     """Ray: resubmissions of a task after a worker or node dies or the training raises."""
     threads_per_model: int | None = Field(None, ge=1)
-    """Torch threads per task (default: ``cpus_per_model``; processes: 1)."""
+    """Torch threads per model task (Ray: default ``cpus_per_model``)."""
     max_in_flight: int | None = Field(None, ge=1)
     """Ray: at most this many tasks submitted at once (None: all)."""
     runtime_env: dict[str, Any] | None = None
