@@ -8,9 +8,12 @@
 Each experiment is a folder with one or more ``*.yaml`` audit configs, named by its path under
 ``experiments/`` (``papers/<paper>/<study>``, ``archive/<name>``; ``papers/`` may be left
 out). The audits run with the
-normal pipeline (run directories under ``runs/experiments``, resumable), then ``results.json``,
-``roc.png`` and a ``summary.md`` table are copied into the experiment's ``outputs/`` folder,
-which is committed. Pass ``--data-dir`` for data sets that need one (CIFAR-10 copy).
+normal pipeline (run directories under ``runs/experiments``, resumable), then ``results.json``
+(written compactly), the plots and a ``summary.md`` table are copied into the experiment's
+``outputs/`` folder. Committed: results.json, summary.md, kept scores and figures; the per-run
+``roc.png`` and the HTML pages are not (``.gitignore``): ``miaudit report
+outputs/X.results.json --html`` renders a record's report again. Pass ``--data-dir`` for data
+sets that need one (CIFAR-10 copy).
 """
 
 from __future__ import annotations
@@ -91,12 +94,19 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
                          "memorization.png", "report.html"):
             if (results.run_dir / artefact).exists():
                 shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
+        compact_json(outputs / f"{stem}.results.json")
         rows.append((stem, results.run_dir, results.summary))
     table = comparison(views(rows))
     (outputs / "summary.md").write_text(markdown(table, rows))
     if len(rows) > 1:  # the papers' kind of table across the configs, as a page
         write_compare_html(table, outputs / "compare.html")
     return outputs
+
+
+def compact_json(path: Path) -> None:
+    """Rewrite a JSON record without indentation (a third of the bytes; the digest covers the
+    parsed content, so the record still verifies)."""
+    path.write_text(json.dumps(json.loads(path.read_text()), separators=(",", ":")) + "\n")
 
 
 def views(rows: list[tuple[str, Path, Summary]]) -> list[RunView]:

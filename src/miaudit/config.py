@@ -54,7 +54,9 @@ __all__ = ["AuditConfig", "Component", "ConfigError", "Spec", "attack_label", "b
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # field docstrings are the fields' descriptions (the generated config reference)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True,
+                              use_attribute_docstrings=True)
 
     def identity_dump(self) -> dict[str, Any]:
         """The JSON dump that identifies what this section configures."""
@@ -65,14 +67,22 @@ class DataConfig(_Strict):
     """Which data set, which part of it forms the audit pool, and what is set aside."""
 
     name: str = "digits"
+    """A registered data set (see the registries) or an import path ``package.module:loader``."""
     data_dir: Path | None = None
+    """Where the data set lives (a folder or file; CIFAR: the pickles, tarball or image folder)."""
     pool: Literal["all", "train", "test"] = "all"
+    """The samples that take part: ``all`` (train + test), ``train`` (paper A audits the
+    training set) or ``test``."""
     pool_size: int | None = Field(default=None, gt=3)
-    # the attacker's population data (RMIA z, Attack-P): count or fraction of the pool
+    """A seeded subset of the pool of this size (None: the whole pool)."""
     population_size: int | float = Field(default=0.1, ge=0)
-    # the defender's held-out data (validation, MemGuard): count or fraction of the pool
+    """The attacker's population data (RMIA's z, Attack-P): a count, or a fraction of the
+    pool; never trained on, never scored."""
     holdout_size: int | float = Field(default=0, ge=0)
+    """The defender's held-out data (early stopping, MixupMMD, MemGuard): a count, or a
+    fraction of the pool; never scored."""
     options: dict[str, Any] = Field(default_factory=dict)
+    """The loader's options (e.g. ``download: true`` for CIFAR); see the registries."""
 
     @field_validator("name")
     @classmethod
@@ -99,8 +109,11 @@ class ModelConfig(_Strict):
     """A registry model, its width multiplier and model-specific options."""
 
     name: str = "small_cnn"
+    """A registered model (see the registries) or an import path ``package.module:factory``."""
     width: float = Field(default=1.0, gt=0, le=64)
+    """Width multiplier of the model's channels."""
     options: dict[str, Any] = Field(default_factory=dict)
+    """The model's own options (solver, T, k, steps, ...; see the registries)."""
 
     @field_validator("name")
     @classmethod
@@ -123,28 +136,46 @@ class TrainConfig(_Strict):
     """Training recipe (defense) and optimization hyper-parameters (defaults: TrainParams)."""
 
     recipe: str = "standard"
+    """The training recipe or defense (``dpsgd``, ``pgd_at``, ``lora``, ...; see the
+    registries) or an import path."""
     recipe_options: dict[str, Any] = Field(default_factory=dict)
+    """The recipe's options (e.g. ``{target_epsilon: 8}`` for ``dpsgd``)."""
     penalties: list[ComponentSpec] = Field(default_factory=list, validate_default=True)
+    """Loss penalties, e.g. ``l2:weight=1e-5``, ``demem:weight=1.0``."""
     epochs: int = Field(default=_train_default("epochs"), ge=1)
+    """Training epochs per model."""
     batch_size: int = Field(default=_train_default("batch_size"), ge=1)
+    """Mini-batch size."""
     optimizer: Literal["sgd", "adam", "adamw"] = _train_default("optimizer")
+    """The optimizer."""
     lr: float = Field(default=_train_default("lr"), gt=0, allow_inf_nan=False)
+    """Peak learning rate."""
     momentum: float = Field(default=_train_default("momentum"), ge=0, lt=1)
+    """SGD momentum (Adam: beta1)."""
     nesterov: bool = _train_default("nesterov")
+    """Nesterov momentum (SGD)."""
     weight_decay: float = Field(default=_train_default("weight_decay"), ge=0,
                                 allow_inf_nan=False)
+    """Weight decay (decoupled for AdamW)."""
     schedule: Literal["cosine", "step", "constant"] = _train_default("schedule")
+    """Learning-rate schedule after the warm-up."""
     warmup_epochs: float = Field(default=_train_default("warmup_epochs"), ge=0,
                                  allow_inf_nan=False)
+    """Linear warm-up, in epochs."""
     milestones: tuple[float, ...] = _train_default("milestones")
+    """``step`` schedule: fractions of training at which the rate drops tenfold."""
     crop_padding: int = Field(default=_train_default("crop_padding"), ge=0)
+    """Random-crop augmentation with this much padding (0: none)."""
     flip: bool = _train_default("flip")
-    # train up to this many same-architecture models at once as one vectorized ensemble
-    # (torch.func; equal to sequential training within float tolerance; see training/ensemble)
+    """Random horizontal flips during training."""
     ensemble: int = Field(default=1, ge=1, le=256)
-    # bf16: bfloat16 autocast (+ channels_last) on CPU and CUDA, float32 master weights and
-    # optimizer state; queries always run in float32 (see training/precision)
+    """Train up to this many same-architecture models at once as one vectorized ensemble
+    (``torch.func``; equal to sequential training within float tolerance; for GPUs)."""
     precision: Literal["fp32", "bf16"] = "fp32"
+    """``bf16``: bfloat16 autocast (+ channels_last) on CPU and CUDA, float32 master weights
+    and optimizer state; queries always in float32. Needs bfloat16 in hardware (AVX512_BF16,
+    AMX, CUDA Ampere+); elsewhere it is several times slower. Not with ``dpsgd``,
+    ``user_function`` or ``ensemble`` > 1."""
 
     #: fields added after layout 2 whose default reproduces the earlier behaviour exactly:
     #: left out of identities at that default, so adding them kept existing models valid
@@ -204,9 +235,13 @@ class RobustEvalConfig(_Strict):
     up to ``max_samples`` members and as many non-members after training."""
 
     eps: float = Field(default=8 / 255, gt=0)
+    """L-inf radius of the PGD attack."""
     step: float = Field(default=2 / 255, gt=0)
+    """PGD step size."""
     steps: int = Field(default=20, ge=1)
+    """PGD iterations."""
     max_samples: int = Field(default=500, ge=1)
+    """Members (and as many non-members) evaluated per target."""
 
 
 class TargetConfig(_Strict):
@@ -215,7 +250,9 @@ class TargetConfig(_Strict):
     and its training set as pool indices (.npy int) or a pool-length boolean mask (.npy)."""
 
     weights: Path
+    """The target's weights (safetensors, or a torch state dict)."""
     members: Path
+    """Its training set: pool indices (.npy int) or a pool-length boolean mask (.npy)."""
 
     @field_validator("weights", "members")
     @classmethod
@@ -237,46 +274,67 @@ DEFAULT_ATTACKS: list[Spec] = [
 class AuditConfig(_Strict):
     """Everything that defines an audit. See the README's config reference."""
 
-    # the run directory is output_dir/<name>-<hash>; None derives "<data>-<model>"
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=100)
+    """Run name; the run directory is ``output_dir/<name>-<hash>``; None derives
+    ``<data>-<model>``."""
     seed: int = Field(default=0, ge=0, lt=2**32)
+    """Seeds the split, the memberships and every model (per-model seeds derive from it)."""
     data: DataConfig = Field(default_factory=DataConfig)
+    """The data set and the pool (section below)."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The architecture (section below)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
-    # fixed_target protocol: the attacker's reference models may differ from the target
+    """The training recipe and hyper-parameters (section below)."""
     reference_model: ModelConfig | None = None
+    """``fixed_target``: the attacker's reference architecture, when it differs from the
+    target's."""
     reference_train: TrainConfig | None = None
+    """``fixed_target``: the attacker's reference training, when it differs from the
+    target's."""
     protocol: Literal["rotation", "fixed_target"] = "rotation"
-    # fixed_target: audit a target trained elsewhere (only the references are trained)
+    """``rotation``: every model is the target in turn, the others its references;
+    ``fixed_target``: one target plus ``num_models`` reference models."""
     target: TargetConfig | None = None
-    # the balanced family (even): rotation: all models, each the target in turn;
-    # fixed_target: the 2n reference models beside the separate target
+    """``fixed_target``: a target trained elsewhere (only the references are trained)."""
     num_models: int = Field(default=16, ge=2, le=100_000)
-    num_targets: int | None = Field(default=None, ge=1)  # rotation: score the first k only
+    """Size of the balanced family (even). Rotation: all models, each the target in turn;
+    fixed_target: the reference models beside the separate target."""
+    num_targets: int | None = Field(default=None, ge=1)
+    """Rotation: score the first k models as targets only (None: all)."""
     queries: list[str] = Field(default_factory=lambda: list(DEFAULT_QUERIES), min_length=1)
+    """Query augmentations or presets (``augs2``, ``augs18``, ``augs50``,
+    ``dropout:p=..,n=..``, label-only ``labels18``, ``boundary:budget=B``)."""
     attacks: list[AttackSpec] = Field(default_factory=lambda: list(DEFAULT_ATTACKS),
                                       min_length=1, validate_default=True)
+    """Attack specs ``name:key=value,...`` or ``{name: ..., label: ..., ...}`` (default: the
+    16-attack suite)."""
     output_defense: ComponentSpec | None = None
+    """A defense applied to released outputs before attacking (``memguard``,
+    ``memguard_label_only``)."""
     robust_eval: RobustEvalConfig | None = None
-    # label of the attack whose scores feed the memorization analysis (DeMem Figure 1)
+    """Natural and PGD robust accuracy of every target (section below)."""
     memorization_attack: str | None = None
-    # rotation: the last K models of the family estimate memorization for that analysis and
-    # are left out of its target's attack references (issue 79: an independent estimate);
-    # None: memorization from every model but the target (the attack's references reused)
+    """Label of the attack whose scores feed the memorization analysis (DeMem Figure 1:
+    ``memorization.json`` / ``.png``)."""
     memorization_models: int | None = Field(default=None, ge=2)
+    """Rotation: the last K models of the family estimate memorization for that analysis and
+    are left out of its target's attack references (an independent estimate); None:
+    memorization from every model but the target (the attack's references reused)."""
     output_dir: Path = Path("runs")
-    # reuse identical trained models across run directories (output_dir/model_cache)
+    """Where run directories go."""
     share_models: bool = True
+    """Copy identical trained models between run directories (``output_dir/model_cache``)."""
     device: str = "auto"
-    # where the per-model train jobs run: local (in this process), processes (a worker pool here)
-    # or ray (see miaudit.executors)
+    """``auto``, ``cpu``, ``cuda``, ``cuda:<index>`` or ``mps``."""
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    # torch intra-op threads: "auto" (default) one per free core, measured from the load
-    # (miaudit._runtime.threads.default_threads: torch's own choice, every core, spins when another
-    # process holds one, 6x slower on a 2-core machine); a number pins it (the thread count,
-    # and so the last bits of the weights, may differ between runs under auto); None keeps
-    # torch's choice
+    """Where the per-model train and query jobs run: ``local`` (this process), ``processes``
+    (a worker pool here) or ``ray`` (section below)."""
     threads: int | Literal["auto"] | None = Field(default="auto")
+    """Torch intra-op threads: ``auto`` (default) one per free core, measured from the load
+    (torch's own choice uses every core and spins when another process holds one: on a loaded
+    2-core machine 2 threads were 15-57x slower than 1); a number pins it (under ``auto`` the
+    thread count, and so the last bits of the weights, may differ between runs); None keeps
+    torch's choice."""
 
     @field_validator("threads")
     @classmethod
@@ -385,6 +443,7 @@ class AuditConfig(_Strict):
         return f"{self.data.name}-{self.model.name}".replace(":", "_").replace(".", "_")
 
     def to_yaml(self) -> str:
+        """The config as YAML (what ``miaudit config`` prints; loads back unchanged)."""
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
@@ -414,6 +473,7 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
 
 
 def validate_config(raw: dict[str, Any]) -> AuditConfig:
+    """Check a config mapping and build it; a ConfigError names the first bad field."""
     if not isinstance(raw, dict):
         raise ConfigError(f"a config is a mapping, got {type(raw).__name__}")
     try:

@@ -72,6 +72,8 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
+        """The constructor registered as ``name`` (or at import path ``name``); raises
+        UnknownNameError listing the valid names."""
         if name in self._entries:
             return self._entries[name]
         if ":" in name:
@@ -160,6 +162,7 @@ class Registry(Generic[T]):
             raise ConfigError(f"{where}: {error}") from None
 
     def names(self) -> list[str]:
+        """Every registered name, built-in and from installed plugins, sorted."""
         _load_entry_points()
         return sorted(set(self._modules) | {n for n in self._entries if ":" not in n})
 

@@ -103,16 +103,26 @@ def audit(
 
 
 @user_errors()
-def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
+def report(run_dir: Annotated[Path, typer.Argument(help="a run directory, or a results.json "
+                                                     "record kept without its run directory")],
            plots: Annotated[bool, typer.Option(help="re-render roc.png (and the DP-bound "
                             "plot) from the stored scores")] = False,
            html: Annotated[bool, typer.Option("--html", help="also write RUN/report.html")] = False
            ) -> None:
     """Print the table of a finished run from its directory (read-only unless --plots or
-    --html)."""
+    --html).
+
+    Given a results.json file instead (e.g. ``experiments/.../outputs/X.results.json``), it
+    prints the table and, with --html, writes ``X.report.html`` beside it: everything the
+    record holds (settings, the attack table with its intervals, accuracy, per-class leakage),
+    without the ROC curves and exposed samples, which need the run's per-sample scores.
+    """
     from miaudit.reporting.terminal import missing_report_note, print_summary, render_plots
     from miaudit.results import load_summary
 
+    if run_dir.is_file() and run_dir.suffix == ".json":  # a kept record
+        _report_record(run_dir, plots=plots, html=html)
+        return
     summary = load_summary(run_dir).model_copy(update={"run_dir": str(run_dir)})
     if plots:
         render_plots(run_dir, summary)
@@ -124,6 +134,24 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a run directory")],
 
         written = html_report(run_dir, summary)
         console.print(f"HTML report: {written}", markup=False)
+
+
+def _report_record(path: Path, *, plots: bool, html: bool) -> None:
+    """``miaudit report X.results.json``: the table and the HTML report of a kept record."""
+    from miaudit.reporting.html import write_html_report
+    from miaudit.reporting.terminal import print_summary
+    from miaudit.results import parse_summary, read_results
+
+    if plots:
+        raise MiauditError(f"{path} is a record without its run's scores: --plots needs the "
+                           "run directory")
+    summary = parse_summary(read_results(path), path)
+    print_summary(summary, console)
+    if html:
+        stem = path.name.removesuffix(".json").removesuffix(".results")
+        written = write_html_report(path.parent, summary, out=path.with_name(f"{stem}.report.html"))
+        console.print(f"HTML report: {written} (no ROC curves or exposed samples: the record "
+                      "keeps no per-sample scores)", markup=False)
 
 
 @user_errors()

@@ -55,21 +55,33 @@ _OPTIONS = {
 class ExecutorConfig(BaseModel):
     """The ``executor`` config section; a bare string is the executor's name."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True,
+                              use_attribute_docstrings=True)
 
     name: Literal["local", "ray", "processes"] = "local"
+    """``local`` (one model after another in this process), ``processes`` (a worker pool on
+    this machine) or ``ray``."""
     address: str | None = None
+    """Ray: None starts Ray here; ``auto`` joins this machine's cluster; ``head:6379`` joins
+    that cluster; ``ray://head:10001`` uses Ray Client."""
     cpus_per_model: float = Field(1.0, gt=0)
+    """Ray: CPUs reserved per model task."""
     gpus_per_model: float = Field(0.0, ge=0)
+    """Ray: GPUs per model task; fractional packs several small models on one GPU."""
     max_retries: int = Field(2, ge=0)
+    """Ray: resubmissions of a task after a worker or node dies or the training raises."""
     threads_per_model: int | None = Field(None, ge=1)
+    """Torch threads per model task (Ray: default ``cpus_per_model``)."""
     max_in_flight: int | None = Field(None, ge=1)
+    """Ray: at most this many tasks submitted at once (None: all)."""
     runtime_env: dict[str, Any] | None = None
+    """Ray: the tasks' runtime environment."""
     workers: int = Field(2, ge=1)
-    # Epoch checkpoints of each model in training, at most this often (0: none): a killed run
-    # resumes its models mid-training (miaudit.training.checkpoint). On a Ray cluster the run
-    # directory must be on a file system the nodes share for a retried task to find them.
+    """Processes: worker processes (models trained at once)."""
     checkpoint_minutes: float = Field(10.0, ge=0)
+    """Epoch checkpoints of each model in training, at most this often (0: none): a killed
+    run resumes its models mid-training. On a Ray cluster the run directory must be on a file
+    system the nodes share for a retried task to find them."""
 
     @model_validator(mode="before")
     @classmethod

@@ -92,6 +92,7 @@ class Machine(Record):
     freed_memory_kept: bool | None = None
 
     def text(self) -> str:
+        """One line for the terminal: the device, its kernels and the memory setting."""
         kernels = {True: "bfloat16 kernels", False: "no bfloat16 kernels",
                    None: "bfloat16 kernels unknown"}[self.bf16_kernels]
         memory = {True: ["freed memory kept"], False: ["malloc defaults"], None: []}
@@ -216,6 +217,7 @@ class AttackRecord(Record):
 
     @property
     def auc(self) -> float:
+        """The pooled AUC (a fraction)."""
         return float(self.pooled["auc"])
 
     @property
@@ -368,6 +370,7 @@ class Results:
 
     @property
     def attacks(self) -> dict[str, AttackRecord]:
+        """Attack label -> its record (pooled metrics, intervals, per target, per class)."""
         return self.summary.attacks
 
     def metric(self, attack: str, key: str, view: str = "pooled") -> float | None:
@@ -459,6 +462,7 @@ def _audited_indices(run_dir: Path) -> np.ndarray:
 
 
 def roc_title(summary: Summary) -> str:
+    """The ROC plot's title: the run's name and its number of targets."""
     return f"{summary.name} (pooled over {len(summary.targets)} targets)"
 
 

@@ -71,6 +71,8 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
 
 def attack_summary(name: str, options: dict[str, Any], scores: np.ndarray, members: np.ndarray,
                    labels: np.ndarray, privacy: Privacy | None) -> dict[str, Any]:
+    """The record of one attack: pooled metrics, mean / std / min / max over targets, per
+    target and per class, and empirical DP indicators when ``privacy`` is given."""
     per_target = [metrics.summarize(s, m) for s, m in zip(scores, members)]
     summary = {
         "attack": name, "options": options,
