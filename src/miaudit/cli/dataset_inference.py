@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
 
 from miaudit.cli.errors import user_errors
 from miaudit.errors import ConfigError
 
+if TYPE_CHECKING:
+    import numpy as np
+
 console = Console()
 SIZES = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 
 
 def _indices(path: Path, what: str) -> np.ndarray:
+    import numpy as np  # imported when the command runs: the CLI starts without it
+
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as error:
@@ -45,6 +49,8 @@ def dataset_inference_command(
     (one-sided Welch t-test and permutation test); prints the p-values and how many texts
     the collection needs to reach p < 0.01. Writes dataset_inference.json into a run
     directory."""
+    import numpy as np
+
     from miaudit.analysis.dataset_inference import (
         collection_rows,
         dataset_inference,

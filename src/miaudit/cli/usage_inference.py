@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from miaudit.cli.errors import user_errors
 from miaudit.errors import MiauditError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 console = Console() if sys.stdout.isatty() else Console(width=160)
 
@@ -92,6 +94,8 @@ def _print_evaluation(attack: str, evaluation: dict) -> None:
 
 
 def _read_candidates(path: Path) -> np.ndarray:
+    import numpy as np  # when the command runs: the CLI starts without it
+
     try:
         indices = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as error:
@@ -107,6 +111,8 @@ def _read_candidates(path: Path) -> np.ndarray:
 
 def _positions(indices: np.ndarray, run: Path) -> np.ndarray:
     """Pool indices -> positions among the audited records (the stored scores' columns)."""
+    import numpy as np
+
     from miaudit.auditor.rundir import RunDir
 
     audited = RunDir(run).read_split()["audited"]
