@@ -21,8 +21,7 @@ import tracemalloc
 import numpy as np
 from record import recorded
 
-from miaudit.analysis.dataset_usage import estimate_usage, evaluate_usage
-from miaudit.analysis.record_risk import record_risk
+from miaudit.analysis import estimate_usage, evaluate_usage, record_risk
 
 
 def world(models: int, samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    from miaudit.analysis.dataset_inference import run_features, texts_needed
+    from miaudit.analysis import run_features, texts_needed
     from miaudit.results import load_summary
 
     labels = args.attacks.split(",") if args.attacks else None

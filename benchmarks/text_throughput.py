@@ -59,7 +59,7 @@ def fortune_inputs(count: int, width: int = 49) -> torch.Tensor:
 def tiny(args: argparse.Namespace, width: int) -> dict:
     from miaudit.models.causal_lm import causal_lm
     from miaudit.recipes.language_model import LanguageModel
-    from miaudit.training.engine import TrainEnv, TrainParams
+    from miaudit.training import TrainEnv, TrainParams
 
     torch.manual_seed(0)
     model = causal_lm(input_shape=(width,), num_classes=257, dim=64, heads=4, layers=2).eval()

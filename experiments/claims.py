@@ -54,7 +54,7 @@ import yaml
 from scipy.stats import norm, t
 
 from miaudit._runtime.io import DIGEST_KEY
-from miaudit.analysis.decision_rules import (
+from miaudit.analysis import (
     beyond_margin_p,
     by_a_hair,
     fixed_effects,

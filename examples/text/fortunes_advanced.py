@@ -36,7 +36,7 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int) -> Path:
     from miaudit.data.text import load_text
     from miaudit.models.causal_lm import causal_lm
     from miaudit.recipes.language_model import LanguageModel
-    from miaudit.training.engine import TrainEnv, TrainParams
+    from miaudit.training import TrainEnv, TrainParams
 
     folder = out / "base-gpt2-256"
     if (folder / "config.json").is_file():

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from miaudit.dp_audit.canary import DPAuditConfig, run_dp_audit
+from miaudit.dp_audit import DPAuditConfig, run_dp_audit
 from miaudit.privacy import accounting
 
 HERE = Path(__file__).parent

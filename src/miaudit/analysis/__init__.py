@@ -1,15 +1,27 @@
-"""Post-hoc analyses of an audit's models and scores (memorization, ...)."""
+"""Post-hoc analyses of an audit's models and scores: memorization, per-record risk, dataset
+usage (DUCI), LLM dataset inference, the privacy gate's bounds and the claims' decision rules.
 
-from miaudit.analysis.memorization import (
-    memorization,
-    memorization_analysis,
-    memorization_bins,
-    plot_memorization_analysis,
-)
+The public names below load their module when first asked for, so that importing this package
+costs nothing."""
 
-__all__ = [
-    "memorization",
-    "memorization_analysis",
-    "memorization_bins",
-    "plot_memorization_analysis",
-]
+from importlib import import_module
+from typing import Any
+
+#: public name -> the module of this package that defines it
+_HOMES = {
+    **dict.fromkeys(("memorization", "memorization_analysis", "memorization_bins",
+                     "plot_memorization_analysis"), "memorization"),
+    **dict.fromkeys(("record_risk", "RecordRisk"), "record_risk"),
+    **dict.fromkeys(("estimate_usage", "evaluate_usage"), "dataset_usage"),
+    **dict.fromkeys(("dataset_inference", "run_features", "texts_needed", "subsample_curve"),
+                    "dataset_inference"),
+    **dict.fromkeys(("holm", "tost_p", "interval_p", "side_se", "beyond_margin_p",
+                     "fixed_effects", "scale_for_power", "by_a_hair"), "decision_rules"),
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(import_module(f"miaudit.analysis.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'miaudit.analysis' has no attribute {name!r}")
