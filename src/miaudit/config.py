@@ -115,6 +115,27 @@ class ModelConfig(_Strict):
         return self
 
 
+def check_snapshots(snapshots: tuple[int, ...], epochs: int, name: str, recipe: Any,
+                    ensemble: int) -> None:
+    """``train.snapshots``: sorted, unique epochs before the last (the final epoch is the
+    final model), from recipes that train in one :func:`~miaudit.training.engine.fit` loop."""
+    if not snapshots:
+        return
+    if list(snapshots) != sorted(set(snapshots)) or not all(
+            1 <= epoch < epochs for epoch in snapshots):
+        raise ValueError(f"train.snapshots are increasing epochs, each in 1..{epochs - 1} "
+                         f"(the final epoch {epochs} is the final model), got {list(snapshots)}")
+    if ensemble > 1:
+        raise ValueError("train.snapshots need train.ensemble 1 (the vectorized ensemble keeps "
+                         "no snapshots)")
+    from miaudit.training.engine import Recipe
+
+    if type(recipe).train is not Recipe.train:
+        raise ValueError(f"recipe {name!r} trains outside the shared epoch loop; "
+                         "train.snapshots support recipes that use it (standard, with any "
+                         "penalties, and recipes that only change the objective)")
+
+
 def _train_default(name: str) -> Any:
     return getattr(TrainParams, name)
 
@@ -145,10 +166,14 @@ class TrainConfig(_Strict):
     # bf16: bfloat16 autocast (+ channels_last) on CPU and CUDA, float32 master weights and
     # optimizer state; queries always run in float32 (see training/precision)
     precision: Literal["fp32", "bf16"] = "fp32"
+    # epochs (1 .. epochs - 1) at whose end training keeps a copy of the weights, audited like
+    # the final model (leakage over training; docs/tutorials/leakage-over-training.md)
+    snapshots: tuple[int, ...] = ()
 
     #: fields added after layout 2 whose default reproduces the earlier behaviour exactly:
     #: left out of identities at that default, so adding them kept existing models valid
-    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "precision": "fp32"}
+    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "precision": "fp32",
+                                                  "snapshots": []}
 
     @model_validator(mode="before")
     @classmethod
@@ -182,6 +207,7 @@ class TrainConfig(_Strict):
         check_size(self.recipe_options, "train.recipe_options")
         recipe = build_recipe(self)  # option names and values, before any training
         check_precision(self.precision, self.recipe, recipe, self.ensemble)
+        check_snapshots(self.snapshots, self.epochs, self.recipe, recipe, self.ensemble)
         return self
 
     def params(self) -> TrainParams:
@@ -190,7 +216,8 @@ class TrainConfig(_Strict):
         return TrainParams(**{name: getattr(self, name) for name in names})
 
 
-_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "precision"}
+_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "precision",
+                  "snapshots"}
 if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(TrainParams)}:
     raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
 

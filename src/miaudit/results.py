@@ -243,6 +243,8 @@ class Summary(Record):
     config: dict[str, Any]  # the resolved AuditConfig, or EXTERNAL_SOURCE's description
     timing: Timing | None = None
     reference_planner: dict[str, Any] | None = None  # reference_planner.plan_references
+    # train.snapshots: epoch -> {"attacks": {label: {"pooled": ...}}, "target_models": ...}
+    snapshots: dict[str, dict[str, Any]] | None = None
 
     @model_validator(mode="after")
     def _layout_fields(self) -> Summary:

@@ -1,0 +1,133 @@
+"""Leakage over training (train.snapshots): config, identities, training, storage, resume and
+scoring per snapshot epoch, at toy scale on digits."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from miaudit import identity as ids
+from miaudit import modeljob
+from miaudit.config import validate_config
+from miaudit.errors import ConfigError
+from miaudit.io import read_json, read_tensors
+from miaudit.pipeline import audit
+from miaudit.stages import query as stage_query
+from miaudit.stages.plan import plan_audit
+
+#: identities computed on main's code before train.snapshots existed (a88b1f0d..., the default
+#: audit; the toy below): an audit without snapshots keeps its run and model identities
+DEFAULT_RUN = "a88b1f0d82a5701c8a052d040de590bc10a73d743199769e356d57fbc2ce0e58"
+TOY_RUN = "a27da2a9866dde2be49c245e5114ad54b420005b981bc8781cf9674bafba84b5"
+TOY_MODELS = ["949ee4fee52c40fe170df9223ce510c4", "fdfdf0b34160ff7c13226e6bfe047c52"]
+
+
+def toy(tmp_path, **train):
+    return {"name": "snap", "seed": 0, "num_models": 4, "threads": 1, "device": "cpu",
+            "model": {"name": "mlp", "options": {"hidden": [32]}},
+            "train": {"epochs": 3, "batch_size": 64, "lr": 0.05, "schedule": "constant",
+                      **train},
+            "queries": ["identity"], "attacks": ["loss", "lira"],
+            "output_dir": str(tmp_path / "runs")}
+
+
+def test_audits_without_snapshots_keep_their_identities():
+    assert plan_audit(validate_config({})).run_identity == DEFAULT_RUN
+    for snapshots in ({}, {"snapshots": []}):
+        planned = plan_audit(validate_config({"num_models": 4, "threads": 1, "device": "cpu",
+                                              "train": {"epochs": 3, **snapshots},
+                                              "model": {"width": 0.25}}))
+        assert planned.run_identity == TOY_RUN
+        assert [job.identity for job in planned.jobs[:2]] == TOY_MODELS
+
+
+def test_snapshots_enter_identities_when_given(tmp_path):
+    plain = plan_audit(validate_config(toy(tmp_path)))
+    kept = plan_audit(validate_config(toy(tmp_path, snapshots=[1])))
+    assert plain.run_identity != kept.run_identity
+    assert plain.jobs[0].identity != kept.jobs[0].identity
+
+
+@pytest.mark.parametrize("train, message", [
+    ({"snapshots": [3]}, "each in 1..2"), ({"snapshots": [0]}, "each in 1..2"),
+    ({"snapshots": [2, 1]}, "increasing"), ({"snapshots": [1, 1]}, "increasing"),
+    ({"snapshots": [1], "ensemble": 2}, "ensemble 1"),
+    ({"snapshots": [1], "recipe": "early_stopping"}, "outside the shared epoch loop"),
+])
+def test_bad_snapshots_are_refused_before_training(tmp_path, train, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(toy(tmp_path, **train))
+
+
+@pytest.fixture(scope="module")
+def snapshot_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("snapshots")
+    config = toy(tmp_path, snapshots=[1, 2])
+    return config, audit(validate_config(config), show_progress=False)
+
+
+def test_each_snapshot_is_stored_with_its_identity_and_digest(snapshot_run):
+    config, results = snapshot_run
+    planned = plan_audit(validate_config(config))
+    for job in planned.jobs:
+        for epoch in (1, 2):
+            folder = results.run_dir / "models" / f"{job.index:04d}" / "snapshots" / \
+                f"epoch-{epoch:04d}"
+            record = read_json(folder / "model.json")
+            assert record["identity"] == ids.snapshot_identity(job.identity, epoch)
+            assert record["model_identity"] == job.identity and record["epoch"] == epoch
+            assert "snapshot_states" not in read_json(folder.parents[1] / "model.json")
+    first = read_tensors(results.run_dir / "models/0000/snapshots/epoch-0001/weights.safetensors")
+    final = read_tensors(results.run_dir / "models/0000/weights.safetensors")
+    assert any(not np.array_equal(first[k].numpy(), final[k].numpy()) for k in final)
+
+
+def test_the_final_epoch_entry_equals_the_main_table(snapshot_run):
+    _, results = snapshot_run
+    snapshots = results.summary.snapshots
+    assert list(snapshots) == ["1", "2", "3"]
+    for label, attack in results.attacks.items():
+        assert snapshots["3"]["attacks"][label]["pooled"] == attack.pooled
+        for epoch in ("1", "2"):
+            assert "auc_ci" in snapshots[epoch]["attacks"][label]["pooled"]
+    main = results.summary.target_models
+    assert snapshots["3"]["target_models"]["train_accuracy"] == main.train_accuracy
+    assert snapshots["3"]["target_models"]["test_accuracy"] == main.test_accuracy
+    # training goes on between epochs: the models fit their members better at the end
+    assert snapshots["1"]["target_models"]["train_accuracy"] < main.train_accuracy
+
+
+def test_a_snapshot_equals_a_separate_run_trained_for_that_many_epochs(snapshot_run, tmp_path):
+    # a constant learning rate: epoch k of a 3-epoch run is a 1-epoch run (a cosine or step
+    # schedule spans the total epochs, so there a snapshot is not a shorter run's model)
+    _, results = snapshot_run
+    short = audit(validate_config(toy(tmp_path, epochs=1)), show_progress=False)
+    for index in range(4):
+        kept = read_tensors(results.run_dir / f"models/{index:04d}/snapshots/epoch-0001/"
+                            "weights.safetensors")
+        separate = read_tensors(short.run_dir / f"models/{index:04d}/weights.safetensors")
+        assert kept.keys() == separate.keys()
+        for name in kept:
+            assert np.array_equal(kept[name].numpy(), separate[name].numpy()), name
+
+
+def test_a_deleted_snapshot_retrains_only_its_model(snapshot_run, monkeypatch):
+    config, results = snapshot_run
+    root = results.run_dir
+    deleted = root / "models/0001/snapshots/epoch-0001"
+    before = read_tensors(deleted / "weights.safetensors")
+    untouched = (root / "models/0002/snapshots/epoch-0001/weights.safetensors").stat()
+    real_train, trained = modeljob.train_model, []
+    real_query, queried = stage_query.query_outputs, []
+    monkeypatch.setattr(modeljob, "train_model",
+                        lambda job, *a, **k: trained.append(job.index) or real_train(job, *a, **k))
+    monkeypatch.setattr(stage_query, "query_outputs",
+                        lambda *a, **k: queried.append(1) or real_query(*a, **k))
+    shutil.rmtree(deleted)
+    again = audit(validate_config(config), show_progress=False)
+    assert trained == [1] and queried == []  # its outputs are keyed by the snapshot identity
+    after = read_tensors(deleted / "weights.safetensors")
+    assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)
+    assert (root / "models/0002/snapshots/epoch-0001/weights.safetensors").stat().st_mtime_ns \
+        == untouched.st_mtime_ns
+    assert again.summary.snapshots == results.summary.snapshots
