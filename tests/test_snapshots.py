@@ -131,3 +131,33 @@ def test_a_deleted_snapshot_retrains_only_its_model(snapshot_run, monkeypatch):
     assert (root / "models/0002/snapshots/epoch-0001/weights.safetensors").stat().st_mtime_ns \
         == untouched.st_mtime_ns
     assert again.summary.snapshots == results.summary.snapshots
+
+
+def test_the_report_draws_leakage_and_accuracy_against_the_epoch(snapshot_run):
+    from miaudit.reporting.leakage_over_training import FIGURE_FILE, leakage_figure
+
+    _, results = snapshot_run
+    assert (results.run_dir / FIGURE_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (results.run_dir / "report.html").read_text()
+    assert '<section id="snapshots">' in html and "Leakage over training" in html
+    figure = leakage_figure(results.summary.snapshots, "t")
+    for axis in figure.axes:
+        assert [tick.get_text() for tick in axis.get_xticklabels()] == ["1", "2", "3"]
+    auc_line = figure.axes[2].lines[0]  # first attack's AUC, in epoch order
+    assert list(auc_line.get_ydata()) == [results.summary.snapshots[e]["attacks"]["loss"]
+                                          ["pooled"]["auc"] for e in ("1", "2", "3")]
+
+
+def test_series_reads_values_and_intervals_and_blanks_unmeasurable_levels():
+    from miaudit.reporting.leakage_over_training import series
+
+    def entry(value, ci, measurable=True):
+        return {"attacks": {"a": {"pooled": {"tpr@0.1%": value, "tpr@0.1%_ci": ci,
+                                             "tpr@0.1%_measurable": measurable}}}}
+
+    snapshots = {"10": entry(0.3, [0.2, 0.4]), "2": entry(0.1, None),
+                 "5": entry(0.0, [0.0, 0.1], measurable=False)}
+    epochs, value, low, high = series(snapshots, "a", "tpr@0.1%")
+    assert epochs.tolist() == [2, 5, 10]
+    assert value[0] == 0.1 and np.isnan(value[1]) and value[2] == 0.3
+    assert np.isnan(low[0]) and low[2] == 0.2 and high[2] == 0.4

@@ -156,6 +156,10 @@ def render_plots(run_root: Path, summary: Summary) -> None:
     plot_roc(run_root, summary, curves)
     if summary.privacy is not None or summary.nsde is not None:
         plot_dp_bounds(run_root, summary, curves)
+    if summary.snapshots:
+        from miaudit.reporting.leakage_over_training import write_leakage_figure
+
+        write_leakage_figure(run_root, summary)
 
 
 def pooled_rocs(run_root: Path,

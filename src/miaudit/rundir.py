@@ -58,7 +58,7 @@ from miaudit.io import (
 LAYOUT = 2
 # what the report stage renders from results.json and its scores generation
 REPORT_FILES = ("roc.png", "roc_dp_bound.png", "report.html", "exposed.npz", "records.csv",
-                "usage.json")
+                "usage.json", "leakage_over_training.png")
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 
