@@ -161,3 +161,35 @@ def test_series_reads_values_and_intervals_and_blanks_unmeasurable_levels():
     assert epochs.tolist() == [2, 5, 10]
     assert value[0] == 0.1 and np.isnan(value[1]) and value[2] == 0.3
     assert np.isnan(low[0]) and low[2] == 0.2 and high[2] == 0.4
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_training_resumed_from_an_epoch_checkpoint_keeps_earlier_snapshots(tmp_path,
+                                                                             precision):
+    # killed at the third epoch's report: the checkpoint after epoch 2 must carry the snapshots
+    # of epochs 1 and 2, which the resumed training no longer passes through (cosine schedule,
+    # crop-and-flip augmentation; bf16: channels_last weights saved in the default layout)
+    from miaudit.modeljob import SNAPSHOT_STATES, train_model
+    from miaudit.training.checkpoint import Checkpointing
+    from test_checkpoint import Killed, killed_at
+
+    planned = plan_audit(validate_config({
+        "data": {"name": "digits", "pool_size": 160}, "num_models": 2, "seed": 3,
+        "device": "cpu", "attacks": ["loss"], "queries": ["identity"],
+        "model": {"name": "small_cnn", "width": 0.25},
+        "train": {"epochs": 3, "batch_size": 32, "crop_padding": 2, "flip": True,
+                  "precision": precision, "snapshots": [1, 2]}}))
+    job, args = planned.jobs[1], (planned.pool, planned.plan, planned.device)
+    _, whole = train_model(job, *args)
+    checkpoints = Checkpointing(str(tmp_path), every_seconds=0)
+    with pytest.raises(Killed):
+        train_model(job, *args, progress=killed_at(3), checkpoints=checkpoints)
+    _, resumed = train_model(job, *args, checkpoints=checkpoints)
+    assert resumed["resumed"] == [{"fit": 0, "after_epoch": 1}]
+    kept, again = whole[SNAPSHOT_STATES], resumed[SNAPSHOT_STATES]
+    assert sorted(kept) == sorted(again) == [1, 2]
+    for epoch in (1, 2):
+        for name, tensor in kept[epoch].items():
+            assert tensor.is_contiguous() and np.array_equal(tensor.float().numpy(),
+                                                             again[epoch][name].float().numpy())
+    assert any(not np.array_equal(kept[1][n].numpy(), kept[2][n].numpy()) for n in kept[1])
