@@ -193,3 +193,14 @@ def test_a_training_resumed_from_an_epoch_checkpoint_keeps_earlier_snapshots(tmp
             assert tensor.is_contiguous() and np.array_equal(tensor.float().numpy(),
                                                              again[epoch][name].float().numpy())
     assert any(not np.array_equal(kept[1][n].numpy(), kept[2][n].numpy()) for n in kept[1])
+
+
+def test_the_terminal_line_gives_test_accuracy_and_the_largest_auc_per_epoch():
+    from miaudit.reporting.leakage_over_training import over_training_line
+
+    def entry(test, aucs):
+        return {"target_models": {"test_accuracy": test},
+                "attacks": {f"a{i}": {"pooled": {"auc": auc}} for i, auc in enumerate(aucs)}}
+
+    line = over_training_line({"10": entry(0.9, [0.55, 0.61]), "2": entry(0.5, [0.52, 0.5])})
+    assert line.endswith("2: test 50.0% AUC 52.0, 10: test 90.0% AUC 61.0")

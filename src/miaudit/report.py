@@ -110,6 +110,10 @@ def print_summary(summary: Summary, console: Console) -> None:
     console.print(model_line(summary))
     if summary.privacy is not None:
         console.print(privacy_line(summary))
+    if summary.snapshots:
+        from miaudit.reporting.leakage_over_training import over_training_line
+
+        console.print(over_training_line(summary.snapshots), markup=False, soft_wrap=True)
     timing = summary.timing
     if timing:
         console.print(f"time: {timing.total_seconds_this_run:.1f} s this run "
@@ -119,7 +123,9 @@ def print_summary(summary: Summary, console: Console) -> None:
     root = Path(summary.run_dir)
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
                   f"  ROC plot: {root / 'roc.png'}\n  per-sample scores: "
-                  f"{root / summary.scores_dir}", markup=False, soft_wrap=True)
+                  f"{root / summary.scores_dir}"
+                  + (f"\n  leakage over training: {root / 'leakage_over_training.png'}"
+                     if summary.snapshots else ""), markup=False, soft_wrap=True)
 
 
 def privacy_line(summary: Summary) -> str:

@@ -106,6 +106,18 @@ def leakage_section(snapshots: dict[str, dict[str, Any]] | None) -> str | None:
             f"<th>test acc (%)</th>{head}</tr>{''.join(rows)}</table>")
 
 
+def over_training_line(snapshots: dict[str, dict[str, Any]]) -> str:
+    """One line for the terminal: per epoch, test accuracy and the largest pooled AUC of any
+    attack (the figure and results.json hold every attack with intervals)."""
+    parts = []
+    for epoch in sorted(snapshots, key=int):
+        entry = snapshots[epoch]
+        auc = max(attack["pooled"]["auc"] for attack in entry["attacks"].values())
+        parts.append(f"{int(epoch)}: test {100 * entry['target_models']['test_accuracy']:.1f}%"
+                     f" AUC {100 * auc:.1f}")
+    return "leakage over training (epoch: test accuracy, largest AUC): " + ", ".join(parts)
+
+
 def _number(pooled: dict[str, Any], key: str, scale: float, spec: str) -> str:
     """A value with its interval, or n/a where the level is not measurable."""
     if pooled.get(f"{key}_measurable") is False or pooled.get(key) is None:
