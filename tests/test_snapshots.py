@@ -97,11 +97,18 @@ def test_the_final_epoch_entry_equals_the_main_table(snapshot_run):
     assert snapshots["1"]["target_models"]["train_accuracy"] < main.train_accuracy
 
 
-def test_a_snapshot_equals_a_separate_run_trained_for_that_many_epochs(snapshot_run, tmp_path):
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """The toy trained for one epoch, without snapshots."""
+    config = toy(tmp_path_factory.mktemp("short"), epochs=1)
+    return audit(validate_config(config), show_progress=False)
+
+
+def test_a_snapshot_equals_a_separate_run_trained_for_that_many_epochs(snapshot_run, short_run):
     # a constant learning rate: epoch k of a 3-epoch run is a 1-epoch run (a cosine or step
     # schedule spans the total epochs, so there a snapshot is not a shorter run's model)
     _, results = snapshot_run
-    short = audit(validate_config(toy(tmp_path, epochs=1)), show_progress=False)
+    short = short_run
     for index in range(4):
         kept = read_tensors(results.run_dir / f"models/{index:04d}/snapshots/epoch-0001/"
                             "weights.safetensors")
@@ -204,3 +211,16 @@ def test_the_terminal_line_gives_test_accuracy_and_the_largest_auc_per_epoch():
 
     line = over_training_line({"10": entry(0.9, [0.55, 0.61]), "2": entry(0.5, [0.52, 0.5])})
     assert line.endswith("2: test 50.0% AUC 52.0, 10: test 90.0% AUC 61.0")
+
+
+def test_compare_draws_leakage_over_training_for_the_runs_that_kept_snapshots(
+        snapshot_run, short_run, tmp_path):
+    from miaudit.reporting.compare import comparison, load_views, render_compare_html
+
+    _, results = snapshot_run
+    table = comparison(load_views([short_run.run_dir, results.run_dir]), ["lira"])
+    html = render_compare_html(table)
+    assert html.count("<h2>Leakage over training</h2>") == 1
+    assert html.count("<svg") == 2  # the privacy-utility plot and run 2's figure only
+    without = render_compare_html(comparison(load_views([short_run.run_dir]), ["lira"]))
+    assert "Leakage over training" not in without and without.count("<svg") == 1

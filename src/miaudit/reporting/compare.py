@@ -227,6 +227,8 @@ def privacy_utility_points(table: Comparison) -> list[dict[str, Any]]:
 
 
 def render_compare_html(table: Comparison) -> str:
+    from miaudit.reporting.leakage_over_training import compare_section
+
     head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
     numeric = [i > 0 and name != "attack" for i, name in enumerate(table.header)]
     rows = "".join("<tr>" + "".join(
@@ -245,7 +247,8 @@ def render_compare_html(table: Comparison) -> str:
             + "".join(f'<p class="note"><b>Note</b>: {escape(n)}.</p>' for n in table.notes)
             + '<h2>Privacy-utility</h2>'
             f'<figure class="pu">{svg}<figcaption>{note}</figcaption></figure>'
-            f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
+            + compare_section(table.views, table.labels, table.attacks)
+            + f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
 
 
 def write_compare_html(table: Comparison, out: Path) -> Path:

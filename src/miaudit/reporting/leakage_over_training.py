@@ -106,6 +106,27 @@ def leakage_section(snapshots: dict[str, dict[str, Any]] | None) -> str | None:
             f"<th>test acc (%)</th>{head}</tr>{''.join(rows)}</table>")
 
 
+def compare_section(views: list[Any], labels: list[str], attacks: list[str]) -> str:
+    """``miaudit compare --html``: one leakage-over-training figure per run that kept
+    snapshots (the compared attacks only), headed by its row number and label; "" when none
+    did."""
+    blocks = []
+    for number, (view, label) in enumerate(zip(views, labels), start=1):
+        snapshots = view.summary.snapshots
+        if not snapshots:
+            continue
+        chosen = {epoch: {**entry, "attacks": {a: entry["attacks"][a] for a in attacks
+                                               if a in entry["attacks"]}}
+                  for epoch, entry in snapshots.items()}
+        svg = figures.to_svg(leakage_figure(chosen, f"{number}. {label}"), f"leak{number}")
+        blocks.append(f"<figure>{svg}</figure>")
+    if not blocks:
+        return ""
+    return ("<h2>Leakage over training</h2><p class=\"note\">Runs with train.snapshots: every "
+            "compared attack at each kept epoch, pooled over targets, 95% intervals.</p>"
+            + "".join(blocks))
+
+
 def over_training_line(snapshots: dict[str, dict[str, Any]]) -> str:
     """One line for the terminal: per epoch, test accuracy and the largest pooled AUC of any
     attack (the figure and results.json hold every attack with intervals)."""
