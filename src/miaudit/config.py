@@ -128,6 +128,27 @@ class ModelConfig(_Strict):
         return self
 
 
+def check_snapshots(snapshots: tuple[int, ...], epochs: int, name: str, recipe: Any,
+                    ensemble: int) -> None:
+    """``train.snapshots``: sorted, unique epochs before the last (the final epoch is the
+    final model), from recipes that train in one :func:`~miaudit.training.engine.fit` loop."""
+    if not snapshots:
+        return
+    if list(snapshots) != sorted(set(snapshots)) or not all(
+            1 <= epoch < epochs for epoch in snapshots):
+        raise ValueError(f"train.snapshots are increasing epochs, each in 1..{epochs - 1} "
+                         f"(the final epoch {epochs} is the final model), got {list(snapshots)}")
+    if ensemble > 1:
+        raise ValueError("train.snapshots need train.ensemble 1 (the vectorized ensemble keeps "
+                         "no snapshots)")
+    from miaudit.training.engine import Recipe
+
+    if type(recipe).train is not Recipe.train:
+        raise ValueError(f"recipe {name!r} trains outside the shared epoch loop; "
+                         "train.snapshots support recipes that use it (standard, with any "
+                         "penalties, and recipes that only change the objective)")
+
+
 def _train_default(name: str) -> Any:
     return getattr(TrainParams, name)
 
@@ -176,10 +197,14 @@ class TrainConfig(_Strict):
     and optimizer state; queries always in float32. Needs bfloat16 in hardware (AVX512_BF16,
     AMX, CUDA Ampere+); elsewhere it is several times slower. Not with ``dpsgd``,
     ``user_function`` or ``ensemble`` > 1."""
+    snapshots: tuple[int, ...] = ()
+    """Epochs (1 .. epochs - 1) at whose end training keeps a copy of the weights, audited like
+    the final model (leakage over training; docs/tutorials/leakage-over-training.md)."""
 
     #: fields added after layout 2 whose default reproduces the earlier behaviour exactly:
     #: left out of identities at that default, so adding them kept existing models valid
-    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "precision": "fp32"}
+    IDENTITY_NEUTRAL: ClassVar[dict[str, Any]] = {"ensemble": 1, "precision": "fp32",
+                                                  "snapshots": []}
 
     @model_validator(mode="before")
     @classmethod
@@ -217,6 +242,7 @@ class TrainConfig(_Strict):
 
         recipe = build_recipe(self)  # option names and values, before any training
         check_precision(self.precision, self.recipe, recipe, self.ensemble)
+        check_snapshots(self.snapshots, self.epochs, self.recipe, recipe, self.ensemble)
         return self
 
     def params(self) -> TrainParams:
@@ -225,7 +251,8 @@ class TrainConfig(_Strict):
         return TrainParams(**{name: getattr(self, name) for name in names})
 
 
-_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "precision"}
+_RECIPE_FIELDS = {"recipe", "recipe_options", "penalties", "ensemble", "precision",
+                  "snapshots"}
 if set(TrainConfig.model_fields) - _RECIPE_FIELDS != {f.name for f in fields(TrainParams)}:
     raise RuntimeError("TrainConfig and TrainParams disagree on the optimization fields")
 

@@ -9,7 +9,8 @@
   user's own code it depends on (:func:`code_digests`); a pre-trained target: its weights
   file and its members (:func:`pretrained_identity`); for a derived model (ANN -> SNN
   conversion, replace-then-finetune) also its parent's model identity.
-* a **query output**: the model and the query spec.
+* a **snapshot** (train.snapshots): the model's identity and the epoch.
+* a **query output**: the model (or snapshot) and the query spec.
 * an **evaluation**: the model and the evaluation settings.
 """
 
@@ -101,6 +102,12 @@ def model_identity(*, data: dict[str, Any], model: dict[str, Any], train: dict[s
         "holdout": hashlib.sha256(np.asarray(holdout, dtype=np.int64).tobytes()).hexdigest(),
         **({} if parent is None else {"parent": parent}),
     })[:32]
+
+
+def snapshot_identity(model: str, epoch: int) -> str:
+    """The weights ``model`` had at the end of ``epoch`` (train.snapshots): queried and stored
+    like a model of its own under this identity."""
+    return text_digest({"model": model, "snapshot_epoch": int(epoch)})[:32]
 
 
 def query_identity(model: str, spec: str) -> str:

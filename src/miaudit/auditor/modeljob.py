@@ -95,7 +95,8 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
     checkpoint = checkpoints.open(job.identity) if checkpoints is not None and \
         recipe.resumable else None
     env = TrainEnv(device=device, seed=job.seed, progress=progress,
-                   precision=job.train.precision, checkpoint=checkpoint)
+                   precision=job.train.precision, checkpoint=checkpoint,
+                   snapshots=job.train.snapshots)
     try:
         model, log = train(model, pool.x[member], pool.y[member], job.train.params(), env,
                            x_val, y_val)
@@ -108,7 +109,28 @@ def train_model(job: ModelJob, pool: Pool, plan: Plan, device: torch.device,
     if checkpoint is not None and checkpoint.resumed:
         extra["resumed"] = checkpoint.resumed
     meta = model_meta(job, job.train.recipe, round(seconds, 3), _jsonable(log), **extra)
+    if job.train.snapshots:
+        meta[SNAPSHOT_STATES] = kept_snapshots(job, env)
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, meta
+
+
+#: the meta key under which :func:`train_model` hands the snapshots' weights to the driver,
+#: which writes them (:func:`pop_snapshots`) before the model record
+SNAPSHOT_STATES = "snapshot_states"
+
+
+def kept_snapshots(job: ModelJob, env: TrainEnv) -> dict[int, dict[str, torch.Tensor]]:
+    missing = sorted(set(job.train.snapshots) - set(env.snapshot_states))
+    if missing:  # the recipe left the shared epoch loop (config validation should prevent it)
+        raise MiauditError(f"model {job.index}: training kept no weights at epoch(s) {missing} "
+                           f"of train.snapshots; recipe {job.train.recipe!r} does not support "
+                           "them")
+    return {epoch: env.snapshot_states[epoch] for epoch in job.train.snapshots}
+
+
+def pop_snapshots(meta: dict[str, Any]) -> dict[int, dict[str, torch.Tensor]]:
+    """The snapshots' weights a train job returned, removed from its (JSON) meta."""
+    return meta.pop(SNAPSHOT_STATES, {})
 
 
 def load_pretrained(job: ModelJob, pool: Pool) -> tuple[dict[str, torch.Tensor],

@@ -123,7 +123,7 @@ def file_kind(relative: str) -> str | None:
 
 # what the report stage renders from results.json and its scores generation
 REPORT_FILES = (ROC_FILE, ROC_DP_BOUND_FILE, REPORT_FILE, EXPOSED_FILE, "records.csv",
-                "usage.json")
+                "usage.json", "leakage_over_training.png")
 WEIGHTS = "weights.safetensors"
 MODEL_RECORD = "model.json"
 
@@ -237,6 +237,18 @@ class RunDir:
                    meta: dict[str, Any]) -> dict[str, Any]:
         """Weights, then the record (identity + digest + meta) that marks the model complete."""
         return save_model_folder(self.model_dir(index), identity, state, meta)
+
+    def snapshot_dir(self, index: int, epoch: int) -> Path:
+        """The weights model ``index`` had at the end of ``epoch`` (train.snapshots)."""
+        return self.model_dir(index) / "snapshots" / f"epoch-{epoch:04d}"
+
+    def snapshot_record(self, index: int, epoch: int, identity: str) -> dict[str, Any] | None:
+        """Like :meth:`model_record`, for a snapshot (``identity``: the snapshot's)."""
+        return verified_record(self.snapshot_dir(index, epoch), MODEL_RECORD, identity, WEIGHTS)
+
+    def save_snapshot(self, index: int, epoch: int, identity: str, state: dict[str, Any],
+                      meta: dict[str, Any]) -> dict[str, Any]:
+        return save_model_folder(self.snapshot_dir(index, epoch), identity, state, meta)
 
     def checkpoint_dir(self) -> Path:
         """Epoch checkpoints of models in training (training.checkpoint), by identity."""

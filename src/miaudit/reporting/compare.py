@@ -237,6 +237,8 @@ COMPARE_CSS = (".scroll{overflow-x:auto;max-width:100%}"
 
 def render_compare_html(table: Comparison, paired: str = "") -> str:
     """The page; ``paired``: the paired-differences table's HTML (``--paired``), or ""."""
+    from miaudit.reporting.leakage_over_training import compare_section
+
     head = "".join(f"<th>{escape(h)}</th>" for h in table.header)
     numeric = [i > 0 and name != "attack" for i, name in enumerate(table.header)]
     rows = "".join("<tr>" + "".join(
@@ -257,7 +259,8 @@ def render_compare_html(table: Comparison, paired: str = "") -> str:
             + (f"<h2>Paired differences (run - run 1)</h2>{paired}" if paired else "")
             + '<h2>Privacy-utility</h2>'
             f'<figure class="pu">{svg}<figcaption>{note}</figcaption></figure>'
-            f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
+            + compare_section(table.views, table.labels, table.attacks)
+            + f"<h2>Runs</h2><ol>{runs}</ol></main></body></html>\n")
 
 
 def write_compare_html(table: Comparison, out: Path, paired: str = "") -> Path:

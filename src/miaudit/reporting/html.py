@@ -403,6 +403,10 @@ def render_html(view: RunView) -> str:
     ]
     if not view.is_text:  # a language model's texts have no classes
         parts.append(section("Per-class leakage", per_class_section(view, best), "classes"))
+    from miaudit.reporting.leakage_over_training import leakage_section
+
+    if (over_training := leakage_section(view.summary.snapshots)) is not None:
+        parts.append(section("Leakage over training", over_training, "snapshots"))
     if view.privacy:
         parts.append(section("Differential privacy: claimed vs empirical",
                              privacy_section(view, curves), "privacy"))

@@ -171,6 +171,10 @@ def print_summary(summary: Summary, console: Console) -> None:
         console.print(f"caveat: {caveat}", markup=False, soft_wrap=True)
     if summary.privacy is not None:
         console.print(privacy_line(summary))
+    if summary.snapshots:
+        from miaudit.reporting.leakage_over_training import over_training_line
+
+        console.print(over_training_line(summary.snapshots), markup=False, soft_wrap=True)
     timing = summary.timing
     if timing:
         console.print(f"time: {timing.total_seconds_this_run:.1f} s this run "
@@ -181,7 +185,9 @@ def print_summary(summary: Summary, console: Console) -> None:
     report = root / "report.html"
     console.print(f"run directory: {root}\n  results: {root / 'results.json'}\n"
                   f"  ROC plot: {root / 'roc.png'} (and .svg, .pdf)\n  per-sample scores: "
-                  f"{root / summary.scores_dir}", markup=False, soft_wrap=True)
+                  f"{root / summary.scores_dir}"
+                  + (f"\n  leakage over training: {root / 'leakage_over_training.png'}"
+                     if summary.snapshots else ""), markup=False, soft_wrap=True)
     if report.exists():  # last: the one file to open
         console.print(f"  HTML report: {report}", markup=False, soft_wrap=True)
 
@@ -220,6 +226,10 @@ def render_plots(run_root: Path, summary: Summary) -> None:
     plot_roc(run_root, summary, curves)
     if summary.privacy is not None or summary.nsde is not None:
         plot_dp_bounds(run_root, summary, curves)
+    if summary.snapshots:
+        from miaudit.reporting.leakage_over_training import write_leakage_figure
+
+        write_leakage_figure(run_root, summary)
 
 
 def pooled_rocs(run_root: Path,

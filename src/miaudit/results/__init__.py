@@ -272,6 +272,8 @@ class Summary(Record):
     blind_baseline: BlindBaseline | None = None  # text outputs with their texts
     # warnings about the whole run (e.g. targets that learned nothing): terminal, report
     caveats: list[str] = []
+    # train.snapshots: epoch -> {"attacks": {label: {"pooled": ...}}, "target_models": ...}
+    snapshots: dict[str, dict[str, Any]] | None = None
 
     @model_validator(mode="after")
     def _layout_fields(self) -> Summary:

@@ -44,6 +44,10 @@ class TrainEnv:
     precision: str = "fp32"
     #: epoch checkpoints of this model's training (resumed when one exists), or None
     checkpoint: Checkpoint | None = None
+    #: epochs (1-based) at whose end :func:`fit` keeps a copy of the weights in
+    #: ``snapshot_states`` (train.snapshots: leakage over training)
+    snapshots: tuple[int, ...] = ()
+    snapshot_states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,8 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
         recipe.end_epoch(state, epoch)
         if env.progress is not None:
             env.progress(epoch + 1, params.epochs, {"loss": state.log["loss"][-1]})
+        if epoch + 1 in env.snapshots:
+            env.snapshot_states[epoch + 1] = weights_copy(state.model)
         if state.stop:
             break
         if checkpoint is not None:
@@ -302,12 +308,20 @@ def finish(state: FitState, channels_last: bool) -> tuple[nn.Module, dict[str, l
     return state.model, state.log
 
 
+def weights_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of the weights in the default memory layout (what final weights are saved
+    in), detached from the training that goes on."""
+    return {name: tensor.detach().cpu().clone(memory_format=torch.contiguous_format)
+            for name, tensor in model.state_dict().items()}
+
+
 def end_snapshot(state: FitState, recipe: Recipe) -> dict[str, Any]:
     """What a completed fit leaves behind for the code after it: weights, torch's random
-    state, the recipe's state and the log."""
+    state, the recipe's state, the log and the weight snapshots kept so far."""
     return {"model": cpu_copy(state.model.state_dict()),
             "random": random_state(state.env.device),
-            "recipe": cpu_copy(recipe.resume_state()), "log": cpu_copy(state.log)}
+            "recipe": cpu_copy(recipe.resume_state()), "log": cpu_copy(state.log),
+            "snapshots": dict(state.env.snapshot_states)}
 
 
 def epoch_snapshot(state: FitState, schedule: Any, recipe: Recipe,
@@ -323,6 +337,7 @@ def restore_end(state: FitState, recipe: Recipe, saved: dict[str, Any]) -> None:
     set_random_state(saved["random"], state.env.device)
     recipe.restore_state(saved["recipe"])
     state.log = saved["log"]
+    state.env.snapshot_states.update(saved.get("snapshots", {}))
 
 
 def restore_epoch(state: FitState, schedule: Any, recipe: Recipe,

@@ -7,6 +7,7 @@ identity and dry-build every architecture, so that bad input fails before any tr
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 from dataclasses import dataclass
@@ -126,6 +127,7 @@ def plan_audit(cfg: AuditConfig) -> Audit:
             job_identity, cfg=cfg, data=data, seed=seed, membership=plan.keep[index],
             holdout=split.holdout, device_kind=train_device(cfg, device).type)
         jobs.append(model_job(index, model_cfg, train_cfg, seed, identity))
+    check_snapshot_jobs(cfg, jobs)
     every = [level for job in jobs for level in chain(job)]
     parameters = 0
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
@@ -232,6 +234,33 @@ def model_job(index: int, model_cfg: ModelConfig, train_cfg: TrainConfig, seed: 
     parent = None if parent_cfgs is None else model_job(index, *parent_cfgs, seed, identity)
     return ModelJob(index, model_cfg, train_cfg, seed, identity(
         model_cfg, train_cfg, parent=parent and parent.identity), parent=parent)
+
+
+def check_snapshot_jobs(cfg: AuditConfig, jobs: list[ModelJob]) -> None:
+    """Every model keeps the same snapshots (each epoch is audited with targets and
+    references at that epoch); a target trained elsewhere has none."""
+    if not cfg.train.snapshots:
+        return
+    if cfg.target is not None:
+        raise ConfigError("train.snapshots need targets trained by the audit; a target.weights "
+                          "file has no training to take snapshots from")
+    if any(job.train.snapshots != cfg.train.snapshots for job in jobs):
+        raise ConfigError(f"reference_train.snapshots must equal train.snapshots "
+                          f"({list(cfg.train.snapshots)}): each epoch is audited with its "
+                          "targets and references at that epoch")
+
+
+def snapshot_job(job: ModelJob, epoch: int) -> ModelJob:
+    """``job`` at the end of ``epoch`` (train.snapshots): its own identity, same model."""
+    return dataclasses.replace(job, identity=ids.snapshot_identity(job.identity, epoch))
+
+
+def stored_models(run: Any, planned: Audit) -> list[tuple[ModelJob, Path]]:
+    """Every model the query stage queries, with the folder holding its weights: the final
+    models, then each snapshot of each model."""
+    models = [(job, run.model_dir(job.index)) for job in planned.jobs]
+    return models + [(snapshot_job(job, epoch), run.snapshot_dir(job.index, epoch))
+                     for epoch in planned.cfg.train.snapshots for job in planned.jobs]
 
 
 def chain(job: ModelJob) -> list[ModelJob]:

@@ -23,7 +23,7 @@ from miaudit._runtime.io import read_tensors
 from miaudit.auditor import identity as ids
 from miaudit.auditor.modeljob import ModelJob, rebuild
 from miaudit.auditor.rundir import WEIGHTS, ModelCache, RunDir
-from miaudit.auditor.stages.plan import Audit, train_device
+from miaudit.auditor.stages.plan import Audit, stored_models, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
 from miaudit.queries import query_outputs, stored_queries
@@ -63,8 +63,8 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         task = bar.add_task("querying", total=len(todo))
         pool_ref = executor.put(planned.pool)
 
-        def payload(job: ModelJob, spec: str) -> tuple[Any, ...]:
-            weights = StoredWeights(run.model_dir(job.index) / WEIGHTS)
+        def payload(job: ModelJob, spec: str, folder: Path) -> tuple[Any, ...]:
+            weights = StoredWeights(folder / WEIGHTS)
             return (job, spec, query_seed(job.seed, spec), pool_ref, weights, device,
                     prefix_of(job, spec, planned))
 
@@ -81,7 +81,8 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
             bar.advance(task)
 
         with own_errors_raised():
-            executor.run([Job(job.index, payload(job, spec)) for job, spec in todo],
+            executor.run([Job(job.index, payload(job, spec, folder))
+                          for job, spec, folder in todo],
                          run_query_job, on_done)
     return time.perf_counter() - started
 
@@ -95,17 +96,18 @@ def compact_text_outputs(outputs: torch.Tensor) -> torch.Tensor:
     return outputs.to(torch.float16)
 
 
-def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str]]:
-    """The (model, spec) pairs with no valid output record, after fetching identical outputs
-    from the model cache."""
+def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str, Path]]:
+    """The (model, spec, weights folder) triples with no valid output record, after fetching
+    identical outputs from the model cache. Snapshots (train.snapshots) are queried like final
+    models; their outputs sit beside the model's, under the snapshot's identity."""
     cache = planned.cache
     todo = []
-    for job in planned.jobs:
+    for job, folder in stored_models(run, planned):
         for spec in stored_queries(planned.cfg.queries):
             key = query_key(job, spec, planned)
             if run.output_record(job.index, key) is None and (
                     cache is None or not fetch_output(cache, run, job, key)):
-                todo.append((job, spec))
+                todo.append((job, spec, folder))
     return todo
 
 

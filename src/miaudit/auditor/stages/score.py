@@ -12,10 +12,11 @@ import numpy as np
 from miaudit._runtime.io import write_json
 from miaudit.attacks import AttackInput
 from miaudit.auditor.design import Plan
+from miaudit.auditor.modeljob import ModelJob
 from miaudit.auditor.rundir import LAYOUT, RunDir
 from miaudit.auditor.specs import parse_component
 from miaudit.auditor.stages.evaluate import Evaluated
-from miaudit.auditor.stages.plan import Audit
+from miaudit.auditor.stages.plan import Audit, snapshot_job
 from miaudit.auditor.stages.query import query_key
 from miaudit.auditor.stages.train import Trained
 from miaudit.config import build_attack, build_output_defense
@@ -27,9 +28,11 @@ from miaudit.results import Privacy
 from miaudit.results.scoring import accuracy_stats, run_caveats, score_attacks
 
 
-def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
-    """(M, pool, Q, C) float32 logits of every model, filled in place (one copy in memory)."""
-    cfg, jobs = planned.cfg, planned.jobs
+def load_all_outputs(run: RunDir, planned: Audit,
+                     jobs: list[ModelJob] | None = None) -> np.ndarray:
+    """(M, pool, Q, C) float32 logits of every model (``jobs``: of these, e.g. the models at a
+    snapshot epoch), filled in place (one copy in memory)."""
+    cfg, jobs = planned.cfg, planned.jobs if jobs is None else jobs
     first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0], planned)).numpy()
     # text outputs are stored as float16 (miaudit.auditor.stages.query.compact_text_outputs)
     dtype = np.float16 if first.dtype == np.float16 else np.float32
@@ -43,8 +46,8 @@ def load_all_outputs(run: RunDir, planned: Audit) -> np.ndarray:
     return logits
 
 
-def clean_outputs(run: RunDir, planned: Audit,
-                  logits: np.ndarray) -> tuple[np.ndarray, int, str]:
+def clean_outputs(run: RunDir, planned: Audit, logits: np.ndarray,
+                  jobs: list[ModelJob] | None = None) -> tuple[np.ndarray, int, str]:
     """Outputs on clean inputs, their query column and name, for accuracy: the configured clean
     query when there is one, else the extra identity query the query stage stored (with the
     output defense applied like every released output)."""
@@ -53,7 +56,7 @@ def clean_outputs(run: RunDir, planned: Audit,
     if column is not None:
         return logits, column, cfg.queries[column]
     clean = np.stack([run.load_outputs(job.index, query_key(job, CLEAN_QUERY)).numpy()
-                      for job in planned.jobs])[:, :, None]
+                      for job in (planned.jobs if jobs is None else jobs)])[:, :, None]
     if cfg.output_defense is not None:
         apply_output_defense(clean, cfg.output_defense, planned.pool.y.numpy(),
                              planned.plan.keep, planned.plan.split.holdout, [CLEAN_QUERY])
@@ -82,7 +85,8 @@ def apply_output_defense(logits: np.ndarray, spec: Any, labels: np.ndarray, keep
         logits[index][:, kept] = original
 
 
-def attack_input(run: RunDir, planned: Audit) -> AttackInput:
+def attack_input(run: RunDir, planned: Audit, jobs: list[ModelJob] | None = None
+                 ) -> AttackInput:
     """What the attacks see: every model's stored outputs (defended when configured), the
     keep matrix, the population and, when an attack needs them, the attacker's features of
     the inputs."""
@@ -90,7 +94,7 @@ def attack_input(run: RunDir, planned: Audit) -> AttackInput:
 
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
-    logits = load_all_outputs(run, planned)
+    logits = load_all_outputs(run, planned, jobs)
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
                              list(cfg.queries))
@@ -145,7 +149,39 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         **({"blind_baseline": blind} if blind else {}),
         **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
         "config": cfg.model_dump(mode="json"),
+        **({"snapshots": snapshot_scores(run, planned, claim)} if cfg.train.snapshots else {}),
     }
+
+
+def snapshot_scores(run: RunDir, planned: Audit, claim: Privacy | None) -> dict[str, Any]:
+    """train.snapshots: every attack's pooled metrics (with intervals) and the targets'
+    accuracy at each snapshot epoch and at the final one, scored as the final models are
+    (targets and references at that epoch). Keyed by the epoch (a JSON string)."""
+    cfg, plan = planned.cfg, planned.plan
+    by_epoch = {}
+    for epoch in (*cfg.train.snapshots, cfg.train.epochs):
+        jobs = planned.jobs if epoch == cfg.train.epochs else \
+            [snapshot_job(job, epoch) for job in planned.jobs]
+        data = attack_input(run, planned, jobs)
+        attacks = score_attacks(data, cfg.attacks, list(plan.targets), plan.references,
+                                plan.split.audited, None, claim)
+        by_epoch[str(epoch)] = {
+            "attacks": {label: {"pooled": attack["pooled"]} for label, attack in attacks.items()},
+            "target_models": epoch_accuracy(run, planned, data, jobs)}
+    return by_epoch
+
+
+def epoch_accuracy(run: RunDir, planned: Audit, data: AttackInput,
+                   jobs: list[ModelJob]) -> dict[str, Any]:
+    """The targets' train and test accuracy from ``jobs``' outputs (accuracy_stats)."""
+    from miaudit.auditor.text_audit import text_model_stats
+
+    plan = planned.plan
+    if planned.pool.is_text:
+        return text_model_stats(data.logits, plan.keep, plan.split.audited, list(plan.targets))
+    clean, column, _ = clean_outputs(run, planned, data.logits, jobs)
+    return accuracy_stats(clean, data.labels, plan.keep, plan.split.audited,
+                          list(plan.targets), column)
 
 
 def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,

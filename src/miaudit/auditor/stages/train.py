@@ -20,7 +20,7 @@ from miaudit.auditor import modeljob
 from miaudit.auditor.modeljob import ModelJob
 from miaudit.auditor.parents import obtain_parents
 from miaudit.auditor.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, unsealed
-from miaudit.auditor.stages.plan import Audit, chain, train_device
+from miaudit.auditor.stages.plan import Audit, chain, snapshot_job, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
 from miaudit.training.checkpoint import Checkpointing
@@ -140,6 +140,7 @@ def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any], overal
     def on_done(job: Job, result: Any, seconds: float) -> None:
         state, meta = result
         model_job = job.payload.job
+        save_snapshots(run, model_job, modeljob.pop_snapshots(meta))
         run.save_model(model_job.index, model_job.identity, state, meta)
         if cache is not None:
             cache.store(model_job.identity, MODEL_RECORD, WEIGHTS,
@@ -152,14 +153,37 @@ def model_saver(run: RunDir, cache: Any, bar: Any, tasks: dict[int, Any], overal
     return on_done
 
 
+def save_snapshots(run: RunDir, job: ModelJob, states: dict[int, Any]) -> None:
+    """The weights ``job`` had at each train.snapshots epoch, each under its own identity,
+    written (atomically, like final weights) before the model record that marks it done."""
+    for epoch, state in states.items():
+        run.save_snapshot(job.index, epoch, snapshot_job(job, epoch).identity, state,
+                          {"index": job.index, "seed": job.seed, "epoch": epoch,
+                           "model_identity": job.identity})
+
+
+def missing_snapshots(run: RunDir, job: ModelJob) -> list[int]:
+    return [epoch for epoch in job.train.snapshots if run.snapshot_record(
+        job.index, epoch, snapshot_job(job, epoch).identity) is None]
+
+
+def trained(run: RunDir, job: ModelJob) -> bool:
+    """A valid model record and every snapshot it keeps (a missing snapshot retrains the
+    model: its final weights come out the same, its queries stay valid)."""
+    return run.model_record(job.index, job.identity) is not None and \
+        not missing_snapshots(run, job)
+
+
 def pending_jobs(run: RunDir, planned: Audit, console: Console,
                  checkpoints: Checkpointing | None) -> list[ModelJob]:
-    """The jobs with no valid model record, after fetching identical models from the model
-    cache; says what was reused and what resumes (also from training ``checkpoints``)."""
-    todo = [job for job in planned.jobs if run.model_record(job.index, job.identity) is None]
+    """The jobs with no valid model record (or a missing snapshot), after fetching identical
+    models from the model cache; says what was reused and what resumes (also from training
+    ``checkpoints``)."""
+    todo = [job for job in planned.jobs if not trained(run, job)]
     cache = planned.cache
-    if cache is not None:
-        fetched = [job for job in todo if fetch_model(cache, run, job)]
+    if cache is not None:  # the cache holds final weights: a model with snapshots retrains
+        fetched = [job for job in todo if not job.train.snapshots
+                   and fetch_model(cache, run, job)]
         todo = [job for job in todo if job not in fetched]
         if fetched:
             console.print(f"reused {len(fetched)} identical model(s) from "
