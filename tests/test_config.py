@@ -21,7 +21,7 @@ def test_overrides_reach_nested_fields():
         ({"train": {"optimizer": "rmsprop"}}, "train.optimizer"),
         ({"model": {"name": "no_such_model"}}, "model.name"),
         ({"data": {"name": "mnist9"}}, "data.name"),
-        ({"attacks": ["not_an_attack"]}, "attacks\\[0\\]"),
+        ({"attacks": ["not_an_attack"]}, "attack .not_an_attack."),
         ({"num_models": 5}, "even"),
         ({"queries": ["spin:deg=3"]}, "queries"),
         ({"device": "tpu"}, "device"),

@@ -49,7 +49,8 @@ def test_report_renders_in_chromium(browser, tmp_path):
     page = check_page(report, screenshot=shot)
     assert page.console_errors == []
     assert len(page.images) == 16 and all(width > 0 for _, width in page.images), page.images
-    assert len(page.svg_widths) == 3 and min(page.svg_widths) > 300  # LiRA, RMIA, baselines
+    # LiRA, RMIA, baselines, the per-record risk distribution
+    assert len(page.svg_widths) == 4 and min(page.svg_widths) > 300
     assert page.table_rows == len(ATTACKS)
     assert page.title == "miaudit: tiny"
     # every figure has visible axes whose tick labels are numbers (issue 76: each log-axis

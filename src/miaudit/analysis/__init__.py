@@ -7,10 +7,16 @@ costs nothing."""
 from importlib import import_module
 from typing import Any
 
+# eager: the submodule ``memorization`` would otherwise shadow the function of that name
+from miaudit.analysis.memorization import (  # noqa: F401 (public, named in __all__)
+    memorization,
+    memorization_analysis,
+    memorization_bins,
+    plot_memorization_analysis,
+)
+
 #: public name -> the module of this package that defines it
 _HOMES = {
-    **dict.fromkeys(("memorization", "memorization_analysis", "memorization_bins",
-                     "plot_memorization_analysis"), "memorization"),
     **dict.fromkeys(("record_risk", "RecordRisk"), "record_risk"),
     **dict.fromkeys(("estimate_usage", "evaluate_usage"), "dataset_usage"),
     **dict.fromkeys(("dataset_inference", "run_features", "texts_needed", "subsample_curve"),
@@ -18,7 +24,8 @@ _HOMES = {
     **dict.fromkeys(("holm", "tost_p", "interval_p", "side_se", "beyond_margin_p",
                      "fixed_effects", "scale_for_power", "by_a_hair"), "decision_rules"),
 }
-__all__ = sorted(_HOMES)
+__all__ = sorted([*_HOMES, "memorization", "memorization_analysis", "memorization_bins",
+                  "plot_memorization_analysis"])
 
 
 def __getattr__(name: str) -> Any:

@@ -255,11 +255,15 @@ def evaluate_usage(scores: np.ndarray, members: np.ndarray,
         sets = known_fraction_sets(members, fraction, rng)
         found = estimate_usage(scores, members, sets, rates=rates, bootstrap=bootstrap)
         truth = np.array(found["true_fraction"])
-        per_target = np.array(found["per_target"])
+        per_target = np.array([np.nan if v is None else v for v in found["per_target"]],
+                              dtype=float)
         low, high = found["interval"]
+        estimate = found["estimate"]
+        known = estimate is not None and low is not None  # None: too few records to estimate
         checks.append(UsageCheck(
-            float(fraction), found["estimate"], found["interval"],
-            bool(low <= truth.mean() <= high), found["estimate"] - float(truth.mean()),
+            float(fraction), estimate, found["interval"],
+            bool(known and low <= truth.mean() <= high),
+            estimate - float(truth.mean()) if known else None,
             float(np.nanmean(np.abs(per_target - truth))), _listed(per_target)))
     return {
         "method": "DUCI (Tong et al., ICLR 2025): references' Youden threshold, debiased by "
