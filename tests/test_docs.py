@@ -40,6 +40,15 @@ def blocks() -> list:
     return found
 
 
+def toy_flags(command: str) -> str:
+    """TOY's flags, less those a command must keep: its own --output-dir (a later step reads
+    that folder) and, with train.snapshots, its --epochs (the snapshots lie below them)."""
+    keep = {"--output-dir"} | ({"--epochs"} if "snapshots" in command else set())
+    flags = re.findall(r'(--[\w-]+)((?: (?!--)(?:"[^"]*"|\S+))*)', TOY)
+    return " ".join(f"{flag}{value}" for flag, value in flags
+                    if not (flag in keep and re.search(rf"{flag}\b", command)))
+
+
 def toy(code: str, run_dir: str) -> str:
     """The block at toy scale (the substitutions docs/contributing.md lists)."""
     code = code.replace("\\\n", " ")  # one line per command, so flags append to its end
@@ -50,7 +59,7 @@ def toy(code: str, run_dir: str) -> str:
     for line in code.splitlines():
         command, hash_, comment = line.partition("  #")
         if re.search(r"\bmiaudit audit\b", command):
-            command = f"{command.rstrip()} {TOY}"
+            command = f"{command.rstrip()} {toy_flags(command)}"
         lines.append(command + (hash_ + comment if hash_ else ""))
     return "\n".join(lines) + "\n"
 
