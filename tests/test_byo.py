@@ -40,7 +40,7 @@ def test_a_wrong_import_path_fails_naming_the_step(tmp_path):
         validate_config({"model": {"name": "miaudit.models.simple:missing_function"}})
 
 
-def test_entry_point_plugins_register_entries(tmp_path, monkeypatch):
+def test_entry_point_plugins_register_entries(tmp_path, monkeypatch, request):
     (tmp_path / "my_plugin.py").write_text(
         "from torch import nn\nfrom miaudit.registry import MODELS\n\n"
         "@MODELS.register('plugin_net')\n"
@@ -53,6 +53,9 @@ def test_entry_point_plugins_register_entries(tmp_path, monkeypatch):
     (info / "entry_points.txt").write_text("[miaudit.plugins]\nmy_plugin = my_plugin\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    # the plugin's registration is undone after the test: later tests see the built-ins only
+    monkeypatch.setattr(MODELS, "_entries", dict(MODELS._entries))
+    request.addfinalizer(lambda: sys.modules.pop("my_plugin", None))
     assert "plugin_net" in MODELS.names()
     assert load_config(overrides={"model.name": "plugin_net"}).model.name == "plugin_net"
 

@@ -28,7 +28,9 @@ MiauditError = UserError
 
 class ConfigError(UserError, ValueError):
     """A configuration (or command-line value) that cannot be run; the message names the field.
-    (A ValueError too, so pydantic reports it against the field whose validator raised it.)"""
+
+    A ValueError too, so pydantic reports it against the field whose validator raised it.
+    """
 
 
 class DataError(UserError):

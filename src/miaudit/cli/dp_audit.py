@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -13,6 +13,9 @@ from rich.table import Table
 from miaudit.cli.errors import user_errors
 from miaudit.configtools import format_errors
 from miaudit.errors import ConfigError, InputFileError
+
+if TYPE_CHECKING:
+    from miaudit.dp_audit.canary import DPAuditConfig
 from miaudit.registry import parse_spec
 
 console = Console()
@@ -153,6 +156,18 @@ def audit_command(
         gradient_canary_norm=gradient_canary_norm, fdp_family=fdp_family)
     report = run_dp_audit(cfg)  # checks data, model and recipe before training
     data = report.as_dict()
+    console.print(analyses_table(cfg, data))
+    console.print(f"test accuracy {100 * data['test_accuracy']:.1f}%")
+    if output is not None:
+        console.print(f"wrote {report.write(output)}")
+    if html is not None:
+        from miaudit.reporting.dp_audit_html import write_dp_audit_html
+
+        console.print(f"wrote {write_dp_audit_html(data, html)}")
+
+
+def analyses_table(cfg: DPAuditConfig, data: dict[str, Any]) -> Table:
+    """One row per analysis: the claimed and audited epsilon, the ceiling, the verdict."""
     canaries_text = "Dirac gradient" if cfg.threat_model == "all_iterates" else cfg.canary_kind
     table = Table(title=f"DP audit ({data['mode'].replace('_', '-')}, {cfg.canaries} "
                         f"{canaries_text} canaries, delta = {cfg.delta:g}, "
@@ -169,11 +184,4 @@ def audit_command(
         table.add_row(name, "none" if claimed is None else f"{claimed:.3f}", f"{bound:.3f}",
                       "no ceiling" if ceiling is None else f"{ceiling:.3f}", verdict,
                       f"{audit['cpu_seconds']:.2f}")
-    console.print(table)
-    console.print(f"test accuracy {100 * data['test_accuracy']:.1f}%")
-    if output is not None:
-        console.print(f"wrote {report.write(output)}")
-    if html is not None:
-        from miaudit.reporting.dp_audit_html import write_dp_audit_html
-
-        console.print(f"wrote {write_dp_audit_html(data, html)}")
+    return table

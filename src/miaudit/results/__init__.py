@@ -238,6 +238,7 @@ class BlindBaseline(Record):
 
     @property
     def auc(self) -> float:
+        """The pooled AUC (a fraction)."""
         return float(self.pooled["auc"])
 
 
@@ -286,6 +287,7 @@ class Summary(Record):
     # read as a mapping too (``summary.keys()``, ``summary["attacks"]``), as users holding
     # results.json's dict expect; the values are the typed fields (attribute access)
     def keys(self) -> list[str]:
+        """The field names, as results.json's keys."""
         return list(type(self).model_fields)
 
     def __getitem__(self, key: str) -> Any:
@@ -297,12 +299,15 @@ class Summary(Record):
         return key in type(self).model_fields
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The field ``key``, or ``default`` when there is no such field."""
         return self[key] if key in self else default
 
     def items(self) -> list[tuple[str, Any]]:
+        """(name, value) for every field."""
         return [(key, getattr(self, key)) for key in self.keys()]
 
     def values(self) -> list[Any]:
+        """Every field's value, in field order."""
         return [getattr(self, key) for key in self.keys()]
 
     @property

@@ -91,6 +91,7 @@ class FitState:
     stop: bool = False
 
     def record(self, **values: Any) -> None:
+        """Append each value to its key's list in the training log."""
         for key, value in values.items():
             self.log.setdefault(key, []).append(value)
 
@@ -109,6 +110,7 @@ class Penalty:
     """A regularizer added to the mean loss; sees the model and the per-sample losses."""
 
     def __call__(self, model: nn.Module, sample_losses: torch.Tensor) -> torch.Tensor:
+        """The penalty term (a scalar) added to the mean loss of a batch."""
         raise NotImplementedError
 
 
@@ -146,6 +148,7 @@ class Recipe:
     def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
               env: TrainEnv, x_val: torch.Tensor | None = None,
               y_val: torch.Tensor | None = None) -> tuple[nn.Module, dict[str, list[Any]]]:
+        """Train ``model`` on (x, y); returns the model and its training log."""
         return fit(model, x, y, params, self, env, x_val, y_val)
 
     def parent(self, model: str, model_options: dict[str, Any]) -> ParentSpec | None:
@@ -166,9 +169,11 @@ class Recipe:
         """Called once before the first epoch; may replace model, optimizer or batches."""
 
     def sample_losses(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample training losses of a batch (cross-entropy unless overridden)."""
         return F.cross_entropy(model(x), y, reduction="none")
 
     def objective(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The batch's loss to minimise: the mean sample loss plus every penalty."""
         losses = self.sample_losses(model, x, y)
         total = losses.mean()
         for penalty in self.penalties:
@@ -188,6 +193,7 @@ class Recipe:
 
 
 def make_optimizer(model: nn.Module, params: TrainParams) -> torch.optim.Optimizer:
+    """The optimizer ``params`` name, over the model's trainable parameters."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if params.optimizer == "sgd":
         return torch.optim.SGD(trainable, lr=params.lr, momentum=params.momentum,
@@ -264,27 +270,7 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
             first_epoch = restore_epoch(state, schedule, recipe, saved)
     for epoch in range(first_epoch, params.epochs):
         started = time.perf_counter()
-        state.model.train()
-        # The loss sum stays a tensor and is read (and checked) once per epoch: a per-step
-        # .item() or isfinite() test blocks until a CUDA device has finished the step.
-        loss_sum, seen = torch.zeros((), device=env.device), 0
-        for xb, yb in state.batches(epoch):
-            if len(yb) == 0:  # Poisson sampling can draw an empty batch
-                continue
-            xb = augment(xb, params.crop_padding, params.flip, generator)
-            xb, yb = xb.to(env.device, non_blocking=True), yb.to(env.device, non_blocking=True)
-            xb = input_layout(xb, channels_last)
-            state.optimizer.zero_grad(set_to_none=True)
-            with autocast:
-                loss = recipe.objective(state.model, xb, yb)
-            loss.backward()
-            state.optimizer.step()
-            schedule.step()
-            loss_sum += loss.detach() * len(yb)
-            seen += len(yb)
-        epoch_loss = loss_sum.item() / max(1, seen)
-        if not math.isfinite(epoch_loss):
-            raise FloatingPointError(f"training loss became {epoch_loss} at epoch {epoch}")
+        epoch_loss = run_epoch(state, recipe, schedule, epoch, autocast, channels_last)
         state.record(epoch=epoch, loss=epoch_loss,
                      seconds=time.perf_counter() - started)
         recipe.end_epoch(state, epoch)
@@ -299,6 +285,34 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, params: TrainParams,
     if checkpoint is not None:
         checkpoint.fit_done(call, end_snapshot(state, recipe))
     return finish(state, channels_last)
+
+
+def run_epoch(state: FitState, recipe: Recipe, schedule: Any, epoch: int, autocast: Any,
+              channels_last: bool) -> float:
+    """One pass over the training batches; returns the epoch's mean loss (finite, or raises)."""
+    state.model.train()
+    # The loss sum stays a tensor and is read (and checked) once per epoch: a per-step
+    # .item() or isfinite() test blocks until a CUDA device has finished the step.
+    device, params = state.env.device, state.params
+    loss_sum, seen = torch.zeros((), device=device), 0
+    for xb, yb in state.batches(epoch):
+        if len(yb) == 0:  # Poisson sampling can draw an empty batch
+            continue
+        xb = augment(xb, params.crop_padding, params.flip, state.generator)
+        xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+        xb = input_layout(xb, channels_last)
+        state.optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = recipe.objective(state.model, xb, yb)
+        loss.backward()
+        state.optimizer.step()
+        schedule.step()
+        loss_sum += loss.detach() * len(yb)
+        seen += len(yb)
+    epoch_loss = loss_sum.item() / max(1, seen)
+    if not math.isfinite(epoch_loss):
+        raise FloatingPointError(f"training loss became {epoch_loss} at epoch {epoch}")
+    return epoch_loss
 
 
 def finish(state: FitState, channels_last: bool) -> tuple[nn.Module, dict[str, list[Any]]]:
@@ -333,6 +347,7 @@ def epoch_snapshot(state: FitState, schedule: Any, recipe: Recipe,
 
 
 def restore_end(state: FitState, recipe: Recipe, saved: dict[str, Any]) -> None:
+    """Resume from a checkpoint written at the end of an epoch."""
     state.model.load_state_dict(saved["model"])
     set_random_state(saved["random"], state.env.device)
     recipe.restore_state(saved["recipe"])
