@@ -55,7 +55,7 @@ def coverage_table(audits: int, models: int, samples: int, seed: int) -> str:
                      f"{scale * result.summaries_width[key]:.3f} |")
     return "\n".join(lines) + "\n\n(TPR in percent, AUC as a fraction; old AUC interval: " \
         "t interval over the per-target AUCs, as experiments/claims.py used; per-target " \
-        "summaries: intervals.target_summary_interval, what claims.py computes from " \
+        "summaries: summary_intervals.target_summary_interval, what claims.py computes from " \
         "committed results.json files that hold no scores.)"
 
 

@@ -20,7 +20,8 @@ AUC (issue 23: they must cover what a rerun with new models would see):
   results.json carry it.
 - results.json written before it (they keep per-target summaries, not per-sample scores),
   rotation protocol: the pooled value +- z * sqrt(between-target variance / T + mean
-  per-target sampling variance) (``miaudit.stats.intervals.target_summary_interval``; errs wide).
+  per-target sampling variance)
+  (``miaudit.stats.summary_intervals.target_summary_interval``; errs wide).
   One fixed target: Clopper-Pearson for the TPR, Hanley & McNeil (1982, Radiology 143, Eq. 2)
   for the AUC, over samples only.
 - A TPR level that is not measurable (below 1/non-members, or tied top scores) is "n/m" and
@@ -66,7 +67,7 @@ from miaudit.analysis import (
 )
 from miaudit.privacy.bounds import roc_bound
 from miaudit.results import reference_models
-from miaudit.stats.intervals import hanley_mcneil_variance, target_summary_interval
+from miaudit.stats import summary_intervals
 from miaudit.stats.metrics import clopper_pearson
 
 HERE = Path(__file__).resolve().parent
@@ -212,7 +213,7 @@ def t_interval(values: list[float]) -> Interval:
 
 
 def hanley_mcneil(auc: float, n_pos: int, n_neg: int) -> Interval:
-    half = Z95 * math.sqrt(hanley_mcneil_variance(auc, n_pos, n_neg))
+    half = Z95 * math.sqrt(summary_intervals.hanley_mcneil_variance(auc, n_pos, n_neg))
     return auc, auc - half, auc + half
 
 
@@ -276,7 +277,8 @@ def interval(row: Row, metric: str) -> Interval | None:
         return (pooled[metric], *pooled[f"{metric}_ci"])
     per_target = attack["per_target"] if isinstance(attack["per_target"], list) else []
     if len(summary["targets"]) > 1 and len(per_target) > 1:
-        return (pooled[metric], *target_summary_interval(pooled, per_target, metric))
+        interval = summary_intervals.target_summary_interval(pooled, per_target, metric)
+        return (pooled[metric], *interval)
     if metric == "auc":
         return hanley_mcneil(pooled["auc"], pooled["n_members"], pooled["n_nonmembers"])
     return (pooled[metric], *pooled[f"{metric}_ci"])  # one target: Clopper-Pearson

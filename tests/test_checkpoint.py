@@ -283,7 +283,7 @@ def test_an_audit_killed_mid_training_resumes_where_it_was(tmp_path):
     import sys
 
     from miaudit._runtime.io import read_json, read_tensors
-    from miaudit.auditor.rundir import MODEL_RECORD
+    from miaudit.auditor.runfiles import MODEL_RECORD
 
     config = {**BASE, "model": SMALL, "share_models": False,
               "train": {"epochs": 6, "batch_size": 16},
@@ -315,7 +315,7 @@ def test_a_first_run_stopped_after_a_checkpoint_keeps_its_run_directory(tmp_path
     """Ctrl-C before the first model is saved: the run directory (otherwise removed as empty)
     is kept for its checkpoint, and the rerun resumes from it."""
     from miaudit._runtime.io import read_json
-    from miaudit.auditor.rundir import MODEL_RECORD
+    from miaudit.auditor.runfiles import MODEL_RECORD
 
     config = {**BASE, "model": SMALL, "share_models": False, "output_dir": str(tmp_path),
               "train": {"epochs": 4, "batch_size": 32},

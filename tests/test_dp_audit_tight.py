@@ -192,7 +192,7 @@ def test_gradient_canary_rows_are_clipped_and_directions_orthonormal():
 def test_all_iterates_config_is_checked():
     from pydantic import ValidationError
 
-    from miaudit.dp_audit.canary import DPAuditConfig
+    from miaudit.dp_audit.settings import DPAuditConfig
 
     with pytest.raises(ValidationError, match="needs recipe dpsgd"):
         DPAuditConfig.model_validate({"threat_model": "all_iterates"})

@@ -275,7 +275,7 @@ def test_canaries_kinds_and_disjoint_base():
 def test_config_is_validated_before_training():
     from pydantic import ValidationError
 
-    from miaudit.dp_audit.canary import DPAuditConfig
+    from miaudit.dp_audit.settings import DPAuditConfig
 
     with pytest.raises(ValidationError):
         DPAuditConfig(runs=1)

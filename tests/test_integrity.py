@@ -1,5 +1,5 @@
 """Nothing damaged is read without a word (issue 83): a byte flipped in any kind of file a run
-directory holds (``rundir.FILE_KINDS``, so a new kind without a case here fails) is named by
+directory holds (``runfiles.FILE_KINDS``, so a new kind without a case here fails) is named by
 every command that reads it (exit code 2), or the audit recomputes it and reproduces its
 result."""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from miaudit.auditor.rundir import FILE_KINDS, file_kind
+from miaudit.auditor.runfiles import FILE_KINDS, file_kind
 from miaudit.cli import app
 from miaudit.results import holds_result
 
@@ -96,7 +96,7 @@ def _files(run: Path) -> dict[str, Path]:
     for path in sorted(run.rglob("*")):
         if path.is_file():
             kind = file_kind(str(path.relative_to(run)))
-            assert kind is not None, f"{path} is of no kind in rundir.FILE_KINDS"
+            assert kind is not None, f"{path} is of no kind in runfiles.FILE_KINDS"
             found.setdefault(kind, path)
     return found
 

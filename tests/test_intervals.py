@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from miaudit.analysis.synthetic_world import World, balanced_memberships, coverage_study
-from miaudit.stats import intervals, metrics
+from miaudit.stats import intervals, metrics, summary_intervals
 
 LEVELS = (1e-3, 1e-2, 0.3)
 #: The synthetic world's population truth (World() defaults), by quadrature; a direct
@@ -135,7 +135,7 @@ def test_target_summary_interval_hand_computed():
     variance 0.02 / 2 = 0.01, mean binomial variance (0.09 + 0.21) / 2 / 100 = 0.0015;
     half-width 1.95996 * sqrt(0.0115) = 0.2102, the lower end clipped at 0."""
     per_target = [{"tpr@1%": 0.1, "n_members": 100}, {"tpr@1%": 0.3, "n_members": 100}]
-    low, high = intervals.target_summary_interval({"tpr@1%": 0.2}, per_target, "tpr@1%")
+    low, high = summary_intervals.target_summary_interval({"tpr@1%": 0.2}, per_target, "tpr@1%")
     half = 1.959964 * np.sqrt(0.0115)
     assert (low, high) == pytest.approx((0.0, 0.2 + half), abs=1e-6)
 

@@ -15,11 +15,11 @@ from miaudit.models import build_model
 from miaudit.models.ode import (
     ODEBlock,
     ODEFunc,
-    SecondOrderBlock,
     Solver,
     StepBatchNorm2d,
     dp_incompatibilities,
 )
+from miaudit.models.ode_second_order import SecondOrderBlock
 from miaudit.models.resnet import ResBlock
 from miaudit.models.sde import (
     NoiseSchedule,

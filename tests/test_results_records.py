@@ -242,7 +242,7 @@ def test_an_unmeasurable_attack_ranks_last_whatever_its_value():
 
 
 def test_one_layout_1_detection_for_manifests_and_results():
-    from miaudit.auditor.rundir import record_layout
+    from miaudit.auditor.runfiles import record_layout
 
     assert record_layout({"layout": 2, "attacks": {}}, "results.json") == 2
     assert record_layout({"attacks": {}}, "results.json") == 1  # layout 1 wrote no key

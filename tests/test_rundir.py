@@ -14,7 +14,9 @@ from miaudit._runtime.io import (
     sweep_temporaries,
     write_array,
 )
-from miaudit.auditor.rundir import LAYOUT, ModelCache, RunDir, scores_name
+from miaudit.auditor.model_cache import ModelCache
+from miaudit.auditor.rundir import RunDir, scores_name
+from miaudit.auditor.runfiles import LAYOUT
 from miaudit.errors import RunDirError, RunLockedError
 
 

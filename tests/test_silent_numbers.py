@@ -126,7 +126,7 @@ def test_a_kill_before_the_report_stage_leaves_no_stale_report_files(tmp_path, m
     report.html, roc.png and exposed.npz still showed the earlier two."""
     from typer.testing import CliRunner
 
-    from miaudit.auditor.rundir import REPORT_FILES
+    from miaudit.auditor.runfiles import REPORT_FILES
     from miaudit.cli import app
     from miaudit.reporting import terminal as report
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from miaudit.dp_audit.canary import DPAuditConfig, run_dp_audit
+from miaudit.dp_audit import DPAuditConfig, run_dp_audit
 from miaudit.models import build_model
 from miaudit.privacy import auditing, nsde
 

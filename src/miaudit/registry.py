@@ -248,7 +248,8 @@ DATASETS: Registry = Registry("dataset", _modules("data", {
 MODELS: Registry = Registry("model", _modules("models", {
     "small_cnn": "simple", "mlp": "simple", "resnet14": "resnet", "resnet50": "resnet",
     "odenet": "ode",
-    "odenet64": "ode", "anode": "ode", "sonode": "ode", "hbnode": "ode", "sdenet": "sde",
+    "odenet64": "ode", "anode": "ode", "sonode": "ode_second_order",
+    "hbnode": "ode_second_order", "sdenet": "sde",
     "snn_cnn": "snn", "snn_resnet18": "snn", "ann_cnn": "snn", "ann_resnet18": "snn",
     "causal_lm": "causal_lm"}))
 RECIPES: Registry = Registry("training recipe", _modules("recipes", {

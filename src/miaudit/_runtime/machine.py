@@ -112,14 +112,3 @@ def _onednn_bf16() -> bool | None:
         return None
 
 
-def work_limit(name: str, default: float) -> float:
-    """The bound on an amount of work (forward passes, training epochs, ...) that a config
-    may ask for before anything starts: ``default``, or environment variable
-    ``MIAUDIT_MAX_<NAME>`` (e.g. ``MIAUDIT_MAX_FORWARD_PASSES=1e13``) for who means it."""
-    raw = os.environ.get(f"MIAUDIT_MAX_{name.upper()}")
-    if raw is None:
-        return float(default)
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"MIAUDIT_MAX_{name.upper()}={raw!r} is not a number") from None

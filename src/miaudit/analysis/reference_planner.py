@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import AttackInput
-from miaudit.auditor.rundir import RESULTS_FILE
+from miaudit.auditor.runfiles import RESULTS_FILE
 from miaudit.config import Spec, attack_label, build_attack
 from miaudit.stats import intervals, metrics
 

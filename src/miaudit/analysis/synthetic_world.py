@@ -117,7 +117,7 @@ class Coverage:
     old: dict[str, float]
     new_width: dict[str, float]
     old_width: dict[str, float]
-    summaries: dict[str, float]  # intervals.target_summary_interval (no scores needed)
+    summaries: dict[str, float]  # summary_intervals.target_summary_interval (no scores needed)
     summaries_width: dict[str, float]
 
 
@@ -130,7 +130,7 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
     the crossed bootstrap) and, for AUC, the t interval over the per-target AUCs."""
     from scipy.stats import t as student
 
-    from miaudit.stats import intervals, metrics
+    from miaudit.stats import intervals, metrics, summary_intervals
 
     truth = world.truth(fpr_levels)
     rng = np.random.default_rng(seed)
@@ -149,7 +149,7 @@ def coverage_study(world: World, audits: int, num_models: int, num_samples: int,
         half = student.ppf(0.975, num_models - 1) * np.std(aucs, ddof=1) / np.sqrt(num_models)
         old = {key: pooled[MetricKeys(key).ci] for key in truth if key != "auc"}
         old["auc"] = [np.mean(aucs) - half, np.mean(aucs) + half]
-        summaries = {key: intervals.target_summary_interval(pooled, per_target, key)
+        summaries = {key: summary_intervals.target_summary_interval(pooled, per_target, key)
                      for key in truth}
         for kind, found in (("new", new), ("old", old), ("summaries", summaries)):
             for key, value in truth.items():

@@ -24,14 +24,9 @@ from typing import Any
 import torch
 
 from miaudit._runtime.io import read_tensors
-from miaudit.auditor.rundir import (
-    MODEL_RECORD,
-    WEIGHTS,
-    ModelCache,
-    RunDir,
-    save_model_folder,
-    verified_record,
-)
+from miaudit.auditor.model_cache import ModelCache
+from miaudit.auditor.rundir import RunDir, save_model_folder, verified_record
+from miaudit.auditor.runfiles import MODEL_RECORD, WEIGHTS
 from miaudit.config import ModelConfig, TrainConfig, build_recipe
 from miaudit.errors import ConfigError
 

@@ -1,22 +1,5 @@
 """The run directory: stages' artefacts, each keyed by what determines it, written
-atomically, verified when read.
-
-Layout (``LAYOUT`` = 2)::
-
-    RUN/manifest.json                  layout version, run identity, the last config used
-    RUN/split.npz                      audited / population / holdout pool indices
-    RUN/keep.npy                       (models x pool) bool memberships of the current plan
-    RUN/models/0003/model.json         train stage: identity, weights digest, training log
-    RUN/models/0003/weights.safetensors
-    RUN/models/0003/outputs/<key>.safetensors + <key>.json
-                                       query stage: (pool x classes) logits of one query spec,
-                                       keyed by the weights and the spec; the json (digest,
-                                       spec) is written last and marks it complete
-    RUN/models/0003/eval/<key>.json    evaluate stage (robust accuracy), keyed likewise
-    RUN/scores-<generation>/<attack>.npy   score stage: (targets x audited) scores
-    RUN/results.json                   names the scores generation it belongs to
-    RUN/roc.png, report.html, ...      report stage (removed before results.json is replaced)
-    RUN/.lock                          advisory lock held by the running process
+atomically, verified when read (the layout: :mod:`miaudit.auditor.runfiles`).
 
 A record's identity is checked on every read: a record made for another identity (changed
 data, recipe, seed, membership, device, query) is stale and is recomputed, never reused; a
@@ -40,7 +23,6 @@ import numpy as np
 
 from miaudit._runtime.io import (
     TMP_SUFFIX,
-    copy_file,
     file_digest,
     read_array,
     read_digested_json,
@@ -56,83 +38,14 @@ from miaudit._runtime.io import (
     write_json,
     write_tensors,
 )
+from miaudit.auditor.runfiles import (
+    LAYOUT,
+    MODEL_RECORD,
+    REPORT_FILES,
+    WEIGHTS,
+    record_layout,
+)
 from miaudit.errors import ConfigError, RunDirError, RunLockedError
-
-LAYOUT = 2
-#: the key a layout-1 record (which wrote no ``layout``) always had, per file
-LAYOUT_1_MARKERS = {"manifest.json": "training_hash", "results.json": "attacks"}
-
-
-def record_layout(record: dict[str, Any], name: str) -> int | None:
-    """The layout that wrote ``record`` (the contents of the run file ``name``): its ``layout``
-    key, 1 for a layout-1 record (no key, but its marker), None for neither ({} or a hand-cut
-    file). The one layout-1 detection."""
-    if "layout" in record:
-        return record["layout"]
-    return 1 if LAYOUT_1_MARKERS[name] in record else None
-
-
-# The names of a run's result files, spelled here only.
-RESULTS_FILE = "results.json"
-ROC_FILE = "roc.png"
-ROC_DP_BOUND_FILE = "roc_dp_bound.png"
-REPORT_FILE = "report.html"
-EXPOSED_FILE = "exposed.npz"
-
-# Every kind of file a run directory can hold (a glob under RUN), and what guards it against
-# damage: "digests" (the folder's digests.json), "record" (the data file's record holds its
-# digest), "self" (the file carries the digest of its own content), "regenerated" (an output
-# no stage reads back; every audit writes it again), "empty" (no content). A new kind of
-# file is added here, and tests/test_integrity.py flips a byte in it for every reader.
-FILE_KINDS = {
-    "manifest": ("manifest.json", "self"),
-    "split": ("split.npz", "digests"),
-    "keep": ("keep.npy", "digests"),
-    "root digests": ("digests.json", "self"),
-    "model record": ("models/*/model.json", "self"),
-    "weights": ("models/*/weights.safetensors", "record"),
-    "output record": ("models/*/outputs/*.json", "self"),
-    "outputs": ("models/*/outputs/*.safetensors", "record"),
-    "eval record": ("models/*/eval/*.json", "self"),
-    "scores": ("scores-*/*.npy", "digests"),
-    "scores digests": ("scores-*/digests.json", "self"),
-    "results": ("results.json", "self"),
-    "memorization": ("memorization.json", "digests"),
-    "memorization plot": ("memorization.png", "digests"),
-    "exposed samples": ("exposed.npz", "digests"),
-    "roc plot": ("roc.png", "regenerated"),
-    "dp-bound plot": ("roc_dp_bound.png", "regenerated"),
-    "html report": ("report.html", "regenerated"),
-    "figure vectors": ("*.svg", "regenerated"),
-    "figure pdfs": ("*.pdf", "regenerated"),
-    "per-record risk": ("records.csv", "regenerated"),
-    "dataset usage": ("usage.json", "regenerated"),
-    "leakage plot": ("leakage_over_training.png", "regenerated"),
-    "snapshot record": ("models/*/snapshots/*/model.json", "self"),
-    "snapshot weights": ("models/*/snapshots/*/weights.safetensors", "record"),
-    "checkpoint": ("checkpoints/*.pt", "self"),
-    "parent record": ("parents/*/model.json", "self"),
-    "parent weights": ("parents/*/weights.safetensors", "record"),
-    "lock": (".lock", "empty"),
-}
-
-
-def file_kind(relative: str) -> str | None:
-    """The :data:`FILE_KINDS` kind of a path relative to the run directory (None: none)."""
-    from fnmatch import fnmatchcase
-
-    parts = Path(relative).parts
-    for kind, (pattern, _) in FILE_KINDS.items():
-        glob = Path(pattern).parts
-        if len(glob) == len(parts) and all(fnmatchcase(p, g) for p, g in zip(parts, glob)):
-            return kind
-    return None
-
-# what the report stage renders from results.json and its scores generation
-REPORT_FILES = (ROC_FILE, ROC_DP_BOUND_FILE, REPORT_FILE, EXPOSED_FILE, "records.csv",
-                "usage.json", "leakage_over_training.png")
-WEIGHTS = "weights.safetensors"
-MODEL_RECORD = "model.json"
 
 
 @contextmanager
@@ -452,62 +365,6 @@ def check_scores_names(labels: list[str]) -> None:
                              f"as {scores_name(label)}; give one a label that differs in a "
                              "letter or digit")
         seen[file] = label
-
-
-# -- models shared between run directories ---------------------------------------------------
-class ModelCache:
-    """Trained models (and their query outputs) keyed by everything that determines them, so
-    that audits which share models train each one once. An entry is a folder laid out like a
-    run's model folder. Files are copied in and out (never hard-linked: damage in one place
-    must not reach another) and verified against their records on the way out."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-
-    def entry(self, key: str) -> Path:
-        return self.root / key
-
-    def lock(self, key: str) -> Any:
-        return locked(self.root / f".{key}.lock", wait=True, what=f"model cache entry {key}")
-
-    def fetch(self, key: str, identity: str, record_rel: str, data_rel: str,
-              destination: Path) -> bool:
-        """Copy one verified (data, record) pair of an entry to ``destination`` (data first,
-        record last); False when the entry lacks it, made it for another identity, or holds
-        a damaged copy."""
-        source = self.entry(key)
-        record_path = source / record_rel
-        record = verified_record(record_path.parent, record_path.name, identity,
-                                 Path(data_rel).name)
-        if record is None:
-            return False
-        copy_file(source / data_rel, destination / data_rel)
-        copy_file(record_path, destination / record_rel)
-        return True
-
-    def sweep(self) -> int:
-        """Remove temporaries a killed process left in entries that nobody holds now (each
-        entry is swept under its own lock, taken without waiting); returns how many."""
-        removed = 0
-        if not self.root.is_dir():
-            return 0
-        for entry in {path.relative_to(self.root).parts[0]
-                      for path in self.root.rglob(f".*{TMP_SUFFIX}")}:
-            try:
-                with locked(self.root / f".{entry}.lock", wait=False, what=entry):
-                    removed += sweep_temporaries(self.root / entry)
-            except RunLockedError:
-                continue  # a live writer: its temporaries are not leftovers
-        return removed
-
-    def store(self, key: str, record_rel: str, data_rel: str, source: Path) -> None:
-        """Copy a (data, record) pair into the entry (data first, record last)."""
-        target = self.entry(key)
-        with self.lock(key):
-            if (target / record_rel).exists():
-                return
-            copy_file(source / data_rel, target / data_rel)
-            copy_file(source / record_rel, target / record_rel)
 
 
 def audited_members(run_root: Path, targets: list[int]) -> np.ndarray:

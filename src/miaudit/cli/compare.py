@@ -55,7 +55,7 @@ def compare(
 def html_report(run_dir: Path, summary: Summary) -> Path:
     """``miaudit report --html``: the exposed samples when the run lacks them (rebuilt from the
     run's own data, best effort), then the HTML report."""
-    from miaudit.auditor.rundir import EXPOSED_FILE
+    from miaudit.auditor.runfiles import EXPOSED_FILE
     from miaudit.reporting.html import write_html_report
 
     # outputs made elsewhere have no inputs to show

@@ -15,7 +15,7 @@ from miaudit.configtools import format_errors
 from miaudit.errors import ConfigError, InputFileError
 
 if TYPE_CHECKING:
-    from miaudit.dp_audit.canary import DPAuditConfig
+    from miaudit.dp_audit.settings import DPAuditConfig
 from miaudit.registry import parse_spec
 
 console = Console()
@@ -35,9 +35,9 @@ def build_config(*, dataset: str, model: str, width: float, recipe: str, epochs:
                  device: str, threat_model: str = "final_model",
                  analysis: list[str] | None = None, gradient_canary: str = "coordinate",
                  gradient_canary_norm: float = 1.0, fdp_family: str = "gdp") -> Any:
-    """The validated :class:`~miaudit.dp_audit.canary.DPAuditConfig` of the command's options
+    """The validated :class:`~miaudit.dp_audit.settings.DPAuditConfig` of the command's options
     (raises ``ValidationError`` naming the bad field, before anything is trained)."""
-    from miaudit.dp_audit.canary import DPAuditConfig
+    from miaudit.dp_audit.settings import DPAuditConfig
 
     data_name, data_options = _spec(dataset)
     model_name, model_options = _spec(model)
@@ -70,7 +70,7 @@ def load_dp_config(path: Path) -> Any:
     """A DP-audit config section from YAML (validated, unknown keys fail)."""
     import yaml
 
-    from miaudit.dp_audit.canary import DPAuditConfig
+    from miaudit.dp_audit.settings import DPAuditConfig
 
     try:
         raw = yaml.safe_load(Path(path).read_text()) or {}

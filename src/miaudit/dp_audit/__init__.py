@@ -9,7 +9,7 @@ __all__ = ["DPAuditConfig", "run_dp_audit"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from miaudit.dp_audit import canary
+        from miaudit.dp_audit import canary, settings
 
-        return getattr(canary, name)
+        return getattr(settings if name == "DPAuditConfig" else canary, name)
     raise AttributeError(f"module 'miaudit.dp_audit' has no attribute {name!r}")

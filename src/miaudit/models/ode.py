@@ -6,9 +6,8 @@
 - ``odenet64``: Chen et al. 2018's classifier: downsampling stem, one ODE block at width 64.
 - ``anode``: ``odenet64`` with k zero channels appended before the block (Dupont et al. 2019;
   paper A's Table 7 runs k = 16 and k = 64: option ``augment_channels``).
-- ``sonode``: second order, y' = v, v' = f(t, [y, v]) (Norcliffe et al. 2020).
-- ``hbnode``: heavy ball, theta' = -m, m' = f(t, theta) - sigmoid(gamma) m, gamma learnable,
-  init -3 (Xia et al. 2021, eq. 5 and their image model).
+- ``sonode`` and ``hbnode``, second-order ODEs around the same block:
+  :mod:`miaudit.models.ode_second_order`.
 
 ODE function (Oganesyan et al.; Chen et al.): norm -> ReLU -> ConcatConv2d -> norm -> ReLU ->
 ConcatConv2d, where ConcatConv2d sees t as an extra constant input channel. With t = 0, the
@@ -218,56 +217,6 @@ class ODEBlock(nn.Module):
         return self.solver.integrate(self.func, x)
 
 
-class SONODEField(nn.Module):
-    """Second-order field on z = [y, v]: (y', v') = (v, f(t, [y, v])) (Norcliffe et al. 2020)."""
-
-    def __init__(self, channels: int, norm: str, evaluations: int | None = None):
-        super().__init__()
-        self.f = ODEFunc(2 * channels, channels, norm, evaluations)
-
-    def forward(self, t: Tensor, z: Tensor) -> Tensor:
-        v = z.chunk(2, dim=1)[1]
-        return torch.cat([v, self.f(t, z)], dim=1)
-
-
-class Damping(nn.Module):
-    """sigmoid(gamma) * m with a learnable scalar gamma (init -3, Xia et al. 2021). A module of
-    its own so Opacus's per-sample fallback sees a small leaf layer."""
-
-    def __init__(self, init: float = -3.0):
-        super().__init__()
-        self.gamma = nn.Parameter(torch.tensor([init]))
-
-    def forward(self, m: Tensor) -> Tensor:
-        return torch.sigmoid(self.gamma) * m
-
-
-class HBNODEField(nn.Module):
-    """Heavy-ball field on z = [theta, m]: (theta', m') = (-m, f(t, theta) - sigmoid(gamma) m)
-    (Xia et al. 2021, "Heavy ball neural ODEs", eq. 5)."""
-
-    def __init__(self, channels: int, norm: str, gamma_init: float = -3.0,
-                 evaluations: int | None = None):
-        super().__init__()
-        self.f = ODEFunc(channels, channels, norm, evaluations)
-        self.damping = Damping(gamma_init)
-
-    def forward(self, t: Tensor, z: Tensor) -> Tensor:
-        theta, m = z.chunk(2, dim=1)
-        return torch.cat([-m, self.f(t, theta) - self.damping(m)], dim=1)
-
-
-class SecondOrderBlock(ODEBlock):
-    """Integrates [x, 0] (zero initial velocity/momentum) and reads out the position x(T)."""
-
-    def state(self, x: Tensor) -> Tensor:
-        """Full state [position, velocity] at time T: N x 2C x H x W."""
-        return self.solver.integrate(self.func, torch.cat([x, torch.zeros_like(x)], dim=1))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.state(x).chunk(2, dim=1)[0]
-
-
 class ZeroChannels(nn.Module):
     """Appends ``k`` zero channels (ANODE's augmentation, Dupont et al. 2019)."""
 
@@ -287,7 +236,9 @@ def dp_incompatibilities(model: nn.Module) -> list[str]:
     return sorted(r for r in reasons if r)
 
 
-def _solver(solver: str, steps: int, T: float, adjoint: bool, rtol: float, atol: float) -> Solver:
+def make_solver(solver: str, steps: int, T: float, adjoint: bool, rtol: float,
+                atol: float) -> Solver:
+    """The torchdiffeq integration a model's options ask for."""
     return Solver(method=solver, steps=steps, T=float(T), adjoint=bool(adjoint), rtol=rtol,
                   atol=atol)
 
@@ -327,7 +278,7 @@ def check_ode_options(*, solver: str, steps: int, T: float, adjoint: bool, norm:
     """The option values of the ODE models (the config checks them before any data is
     loaded); options a model lacks keep a valid default here."""
     check_norm(norm)
-    step_evaluations(bn_stats, norm, _solver(solver, steps, T, adjoint, rtol, atol))
+    step_evaluations(bn_stats, norm, make_solver(solver, steps, T, adjoint, rtol, atol))
     _check_blocks(blocks)
     check_stem_stride(stem_stride)
     _check_augment(augment_channels)
@@ -353,7 +304,7 @@ def odenet(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0
     cin = image_channels(input_shape, "odenet")
     check_norm(norm)
     _check_blocks(blocks)
-    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    integrator = make_solver(solver, steps, T, adjoint, rtol, atol)
     evaluations = step_evaluations(bn_stats, norm, integrator)
     widths = odenet_widths(width)
 
@@ -379,7 +330,7 @@ def downsampling_stem(cin: int, channels: int, norm: str) -> nn.Sequential:
     )
 
 
-def _single_block_net(name: str, input_shape: tuple[int, ...], num_classes: int, width: float,
+def single_block_net(name: str, input_shape: tuple[int, ...], num_classes: int, width: float,
                       norm: str, make_block: Callable[[int], nn.Module],
                       extra_channels: int = 0) -> StagedNet:
     """Downsampling stem, then ``make_block(channels)`` after ``extra_channels`` zero ones."""
@@ -401,9 +352,9 @@ def odenet64(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1
 
     Options: ``solver``, ``steps``, ``T``, ``adjoint``, ``norm``, ``rtol``/``atol``,
     ``bn_stats`` shared | per_evaluation (module docstring)."""
-    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    integrator = make_solver(solver, steps, T, adjoint, rtol, atol)
     evaluations = step_evaluations(bn_stats, norm, integrator)
-    return _single_block_net("odenet64", input_shape, num_classes, width, norm,
+    return single_block_net("odenet64", input_shape, num_classes, width, norm,
                              lambda c: ODEBlock(ODEFunc(c, norm=norm, evaluations=evaluations),
                                                 integrator))
 
@@ -420,38 +371,8 @@ def anode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
     ``bn_stats="per_evaluation"``: the extra channels start at zero; module docstring)."""
     augment = augment_channels
     _check_augment(augment)
-    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
+    integrator = make_solver(solver, steps, T, adjoint, rtol, atol)
     evaluations = step_evaluations(bn_stats, norm, integrator)
-    return _single_block_net("anode", input_shape, num_classes, width, norm,
+    return single_block_net("anode", input_shape, num_classes, width, norm,
                              lambda c: ODEBlock(ODEFunc(c, norm=norm, evaluations=evaluations),
                                                 integrator), augment)
-
-
-@MODELS.register("sonode", check=check_ode_options)
-def sonode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
-           solver: str = "euler", steps: int = 16, T: float = 1.0, adjoint: bool = False,
-           norm: str = "batch", rtol: float = 1e-3, atol: float = 1e-3,
-           bn_stats: str = "shared") -> StagedNet:
-    """SONODE (Norcliffe et al. 2020): y' = v, v' = f(t, [y, v]) around the ODENet-64 block,
-    v(0) = 0, classifier on y(T). Options as odenet64 (with BatchNorm, train it with
-    ``bn_stats="per_evaluation"``: the velocity starts at zero; module docstring)."""
-    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
-    evaluations = step_evaluations(bn_stats, norm, integrator)
-    return _single_block_net("sonode", input_shape, num_classes, width, norm,
-                             lambda c: SecondOrderBlock(SONODEField(c, norm, evaluations),
-                                                        integrator))
-
-
-@MODELS.register("hbnode", check=check_ode_options)
-def hbnode(*, input_shape: tuple[int, ...], num_classes: int, width: float = 1.0,
-           gamma_init: float = -3.0, solver: str = "euler", steps: int = 16, T: float = 1.0,
-           adjoint: bool = False, norm: str = "batch", rtol: float = 1e-3,
-           atol: float = 1e-3, bn_stats: str = "shared") -> StagedNet:
-    """HBNODE (Xia et al. 2021): theta' = -m, m' = f(t, theta) - sigmoid(gamma) m around the
-    ODENet-64 block, m(0) = 0, classifier on theta(T). Options: ``gamma_init`` (-3) and
-    odenet64's."""
-    integrator = _solver(solver, steps, T, adjoint, rtol, atol)
-    evaluations = step_evaluations(bn_stats, norm, integrator)
-    return _single_block_net("hbnode", input_shape, num_classes, width, norm,
-                             lambda c: SecondOrderBlock(
-                                 HBNODEField(c, norm, gamma_init, evaluations), integrator))

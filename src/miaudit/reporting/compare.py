@@ -22,7 +22,7 @@ from rich.table import Table
 from miaudit._runtime.io import write_bytes
 from miaudit.errors import InputFileError
 from miaudit.reporting import figures
-from miaudit.reporting.html import CSS, pct
+from miaudit.reporting.html_parts import CSS, pct
 from miaudit.reporting.run_view import Metric, RunView
 
 WIDE_MAX_ATTACKS = 3

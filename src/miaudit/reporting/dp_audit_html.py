@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from miaudit._runtime.io import write_bytes
-from miaudit.reporting.html import CSS, kv_table, section
+from miaudit.reporting.html_parts import CSS, kv_table, section
 
 #: what each analysis proves, one line (docs/dp-audits.md has the long form)
 PROVES = {

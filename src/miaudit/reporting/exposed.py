@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from miaudit._runtime.io import record_digests, write_bytes
-from miaudit.auditor.rundir import EXPOSED_FILE
+from miaudit.auditor.runfiles import EXPOSED_FILE
 from miaudit.stats import metrics
 
 FLAG_FPR = 1e-3

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from miaudit._runtime.io import path_problem, read_json, verify_file
-from miaudit.auditor.rundir import EXPOSED_FILE, REBUILD, RESULTS_FILE
+from miaudit.auditor.rundir import REBUILD
+from miaudit.auditor.runfiles import EXPOSED_FILE, RESULTS_FILE
 from miaudit.errors import RunDirError
 from miaudit.results import (
     AttackRecord,

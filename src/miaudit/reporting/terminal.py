@@ -10,13 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from miaudit._runtime.io import save_figure
-from miaudit.auditor.rundir import (
-    REPORT_FILE,
-    ROC_DP_BOUND_FILE,
-    ROC_FILE,
-    audited_members,
-    read_scores,
-)
+from miaudit.auditor.rundir import audited_members, read_scores
+from miaudit.auditor.runfiles import REPORT_FILE, ROC_DP_BOUND_FILE, ROC_FILE
 from miaudit.reporting.figures import roc_figure
 from miaudit.results import STRONGEST_KEY, AttackRecord, Summary, roc_title
 from miaudit.stats import metrics

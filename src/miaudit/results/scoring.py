@@ -15,7 +15,8 @@ from miaudit.attacks import AttackInput
 from miaudit.attacks.suite import rotation_references, run_attack
 from miaudit.auditor.components import Spec, attack_label, build_attack
 from miaudit.auditor.identity import array_digest
-from miaudit.auditor.rundir import LAYOUT, RESULTS_FILE, RunDir, check_scores_names, scores_name
+from miaudit.auditor.rundir import RunDir, check_scores_names, scores_name
+from miaudit.auditor.runfiles import LAYOUT, RESULTS_FILE
 from miaudit.errors import ConfigError
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results

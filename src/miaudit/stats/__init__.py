@@ -1,3 +1,4 @@
 """Pure numpy statistics: attack metrics and their confidence intervals."""
 
-__all__ = ["intervals", "metrics"]  # public modules (pure functions of scores and counts)
+# public modules (pure functions of scores and counts)
+__all__ = ["intervals", "metrics", "summary_intervals"]

@@ -25,9 +25,9 @@ from miaudit._runtime.machine import (
 )
 from miaudit.auditor import identity as ids
 from miaudit.auditor.design import Plan, make_plan, make_split, model_seed
+from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.modeljob import ModelJob, build_architecture
 from miaudit.auditor.parents import parent_configs
-from miaudit.auditor.rundir import ModelCache
 from miaudit.config import (
     AuditConfig,
     ModelConfig,
@@ -160,7 +160,7 @@ def check_model_size(model_cfg: ModelConfig, train_cfg: TrainConfig, pool: Pool)
 
 STATS = len(TEXT_STATS)  # output values per token of a language model (causal_lm)
 
-#: the bounds on an audit's work (machine.work_limit: MIAUDIT_MAX_<NAME> overrides)
+#: the bounds on an audit's work (limits.work_limit: MIAUDIT_MAX_<NAME> overrides)
 WORK_LIMITS = {"passes_per_sample": 1e6, "forward_passes": 1e11, "training_steps": 1e8,
                "files": 1e5}
 WORK_UNITS = {"passes_per_sample": "forward passes per sample", "forward_passes":
@@ -171,7 +171,7 @@ def check_work(cfg: AuditConfig, pool: Pool, models: int) -> None:
     """The audit's work, bounded before anything starts: query passes per sample and in
     all (queries, robust evaluation), training steps and files written. Each bound's line
     states the estimate and the override (:data:`WORK_LIMITS`)."""
-    from miaudit._runtime.machine import work_limit
+    from miaudit._runtime.limits import work_limit
     from miaudit.queries import build_query
 
     def refuse(what: str, amount: float, name: str, fix: str) -> None:

@@ -21,8 +21,10 @@ from rich.console import Console
 
 from miaudit._runtime.io import read_tensors
 from miaudit.auditor import identity as ids
+from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.modeljob import ModelJob, rebuild
-from miaudit.auditor.rundir import WEIGHTS, ModelCache, RunDir
+from miaudit.auditor.rundir import RunDir
+from miaudit.auditor.runfiles import WEIGHTS
 from miaudit.auditor.stages.plan import Audit, stored_models, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve

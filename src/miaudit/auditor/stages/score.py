@@ -13,7 +13,8 @@ from miaudit._runtime.io import write_json
 from miaudit.attacks import AttackInput
 from miaudit.auditor.design import Plan
 from miaudit.auditor.modeljob import ModelJob
-from miaudit.auditor.rundir import LAYOUT, RunDir
+from miaudit.auditor.rundir import RunDir
+from miaudit.auditor.runfiles import LAYOUT
 from miaudit.auditor.specs import parse_component
 from miaudit.auditor.stages.evaluate import Evaluated
 from miaudit.auditor.stages.plan import Audit, snapshot_job

@@ -17,9 +17,11 @@ from rich.markup import escape
 from miaudit._runtime.io import read_json
 from miaudit._runtime.machine import slow_bf16
 from miaudit.auditor import modeljob
+from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.modeljob import ModelJob
 from miaudit.auditor.parents import obtain_parents
-from miaudit.auditor.rundir import MODEL_RECORD, WEIGHTS, ModelCache, RunDir, unsealed
+from miaudit.auditor.rundir import RunDir, unsealed
+from miaudit.auditor.runfiles import MODEL_RECORD, WEIGHTS
 from miaudit.auditor.stages.plan import Audit, chain, snapshot_job, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
