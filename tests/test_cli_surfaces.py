@@ -126,3 +126,14 @@ def test_warnings_are_one_line_and_library_internals_are_filtered(capsys, monkey
     one_line_warning(UserWarning("Secure RNG turned off"), UserWarning,
                      "/usr/lib/python3/site-packages/opacus/privacy_engine.py", 98)
     assert capsys.readouterr().err == "warning: Secure RNG turned off (privacy_engine.py:98)\n"
+
+
+def test_executor_flag_takes_its_options_with_set():
+    """`--executor processes --set executor.workers=2`, as the flag's help writes it."""
+    from miaudit.cli import commands
+    from miaudit.config import load_config
+
+    overrides = commands._overrides({"executor": "processes"}, ["executor.workers=2"], None,
+                                    None)
+    cfg = load_config(overrides=overrides)
+    assert cfg.executor.name == "processes" and cfg.executor.workers == 2

@@ -68,3 +68,46 @@ def test_explicit_omp_num_threads_wins(cores, monkeypatch):
     assert threads.default_threads(load=100.0) == 7
     monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
     assert threads.default_threads(load=0.0) == 4
+
+
+def test_a_small_model_trains_on_one_thread_and_a_large_one_on_the_free_cores(cores):
+    cores(4)
+    small, large = 0.6e6, 90e6  # forward FLOPs: small_cnn on 8x8 digits, ResNet-14 on CIFAR-10
+    assert threads.default_threads(load=0.0, forward_flops=small) == 1
+    assert threads.default_threads(load=0.0, forward_flops=large) == 4
+    assert threads.default_threads(load=0.0, forward_flops=None) == 4  # size not known
+
+
+def test_the_forward_flops_of_a_known_layer_are_counted():
+    import torch
+
+    from miaudit.auditor.stages.plan import forward_flops
+    from miaudit.data import Pool
+
+    pool = Pool(x=torch.zeros(5, 3), y=torch.zeros(5, dtype=torch.long), num_classes=2,
+                class_names=["a", "b"])
+    # a (3 -> 2) linear layer: 2 * 3 * 2 FLOPs (multiply and add) per sample
+    assert forward_flops(torch.nn.Linear(3, 2), pool) == 12
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({}, 1),  # the default audit: small_cnn on 8x8 digits, 0.6 MFLOPs per sample
+    ({"data": {"name": "synthetic", "options": {"shape": [3, 32, 32], "n_train": 64,
+                                                "n_test": 16}}}, 4),  # 11 MFLOPs
+])
+def test_the_audit_plans_threads_by_its_model_size(tmp_path, monkeypatch, cores, overrides,
+                                                     expected):
+    import torch
+
+    from miaudit.auditor.stages.plan import plan_audit
+    from miaudit.config import validate_config
+
+    cores(4)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 0.0)  # an idle 4-core machine
+    before = torch.get_num_threads()
+    try:
+        plan_audit(validate_config({"device": "cpu", "output_dir": str(tmp_path),
+                                    **overrides}))
+        assert torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(before)

@@ -23,7 +23,7 @@ _FLAG_FIELDS = {
     "epochs": "train.epochs", "batch_size": "train.batch_size", "lr": "train.lr",
     "num_models": "num_models", "seed": "seed", "device": "device",
     "output_dir": "output_dir", "name": "name", "protocol": "protocol", "threads": "threads",
-    "executor": "executor",
+    "executor": "executor.name",  # beside --set executor.workers=4 etc.
 }
 
 

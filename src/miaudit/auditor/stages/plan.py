@@ -129,13 +129,31 @@ def plan_audit(cfg: AuditConfig) -> Audit:
         jobs.append(model_job(index, model_cfg, train_cfg, seed, identity))
     check_snapshot_jobs(cfg, jobs)
     every = [level for job in jobs for level in chain(job)]
-    parameters = 0
+    parameters, flops = 0, 0.0
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in every}.values():
         parameters = max(parameters, check_model_size(model_cfg, train_cfg, pool))
-        build_architecture(model_cfg, train_cfg, pool)
+        flops = max(flops, forward_flops(build_architecture(model_cfg, train_cfg, pool), pool))
     check_disk(cfg, pool, len(every), parameters)
+    if cfg.threads == "auto" and flops:  # small models train fastest per CPU-s on one thread
+        from miaudit._runtime.threads import default_threads
+
+        torch.set_num_threads(min(torch.get_num_threads(), default_threads(forward_flops=flops)))
     return Audit(cfg, pool, plan, device, data, jobs)
+
+
+def forward_flops(model: torch.nn.Module, pool: Pool) -> float:
+    """FLOPs of one sample's forward pass (torch's counter, eval mode, no gradients); 0 where
+    the counter cannot run the model (then the thread default ignores the model's size)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sample = pool.x[:2]
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model.eval()(sample)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return 0.0
+    return counter.get_total_flops() / len(sample)
 
 
 def check_model_size(model_cfg: ModelConfig, train_cfg: TrainConfig, pool: Pool) -> int:
