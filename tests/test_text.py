@@ -242,16 +242,18 @@ def test_score_accepts_token_logprobs_made_elsewhere(tmp_path):
 
 
 def test_checkpoint_content_enters_the_model_identity(tmp_path):
-    from miaudit.auditor.stages.plan import code_digests
+    from miaudit.auditor.components import build_recipe
+    from miaudit.auditor.identity import code_digests
     from miaudit.config import ModelConfig, TrainConfig
     from miaudit.models.causal_lm import tiny_gpt2
 
     tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")
     model = ModelConfig(name="causal_lm", options={"checkpoint": str(tmp_path / "ckpt")})
-    first = code_digests("text", model, TrainConfig(recipe="lm"))
+    recipe = build_recipe(TrainConfig(recipe="lm"))
+    first = code_digests("text", model.name, model.options, recipe)
     torch.manual_seed(1)
     tiny_gpt2(257, 16, 1, 16, 2, 0.0).save_pretrained(tmp_path / "ckpt")  # replaced in place
-    assert code_digests("text", model, TrainConfig(recipe="lm")) != first
+    assert code_digests("text", model.name, model.options, recipe) != first
 
 
 def stand_in_checkpoint(folder, texts):

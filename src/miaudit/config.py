@@ -15,18 +15,21 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from miaudit.auditor.components import (
+    Components,
     attack_label,
     build_attack,
     build_output_defense,
     build_penalties,
     build_recipe,
     check_queries,
+    resolve_components,
 )
 from miaudit.auditor.rundir import check_scores_names
 from miaudit.auditor.sections import (
@@ -130,6 +133,17 @@ class AuditConfig(Section):
     2-core machine 2 threads were 15-57x slower than 1); a number pins it (under ``auto`` the
     thread count, and so the last bits of the weights, may differ between runs); None keeps
     torch's choice."""
+    # (the objects it was built from, the built components): see :attr:`components`
+    _built: tuple[Any, ...] | None = PrivateAttr(default=None)
+
+    @property
+    def components(self) -> Components:
+        """Every component this config names, built once (when it is validated) with their
+        capabilities; rebuilt only when a section it was built from is replaced."""
+        sources = (self.attacks, self.train, self.reference_train, self.output_defense)
+        if self._built is None or any(a is not b for a, b in zip(self._built, sources)):
+            self._built = (*sources, resolve_components(*sources))
+        return self._built[-1]
 
     @field_validator("threads")
     @classmethod
@@ -167,8 +181,7 @@ class AuditConfig(Section):
             raise ValueError(f"attack labels must be distinct, got {labels}")
         check_scores_names(labels)
         references = self.num_models - 1 if self.protocol == "rotation" else self.num_models
-        for label, spec in zip(labels, self.attacks):
-            attack = build_attack(spec, f"attack {label!r}")
+        for label, attack in self.components.attacks.items():
             if attack.min_references > references:
                 raise ValueError(f"attack {label!r} needs at least {attack.min_references} "
                                  f"reference models, this audit gives {references}; raise "
@@ -193,9 +206,8 @@ class AuditConfig(Section):
         if self.memorization_attack is None or self.protocol != "rotation":
             raise ValueError("memorization_models needs memorization_attack and protocol "
                              "rotation (the last K models of the family estimate memorization)")
-        spec = self.attacks[labels.index(self.memorization_attack)]
         left = self.num_models - 1 - self.memorization_models
-        needed = build_attack(spec, "memorization_attack").min_references
+        needed = self.components.attacks[self.memorization_attack].min_references
         if left < max(1, needed):
             raise ValueError(f"memorization_models {self.memorization_models} leaves the "
                              f"memorization attack {left} reference models, it needs "
@@ -204,11 +216,13 @@ class AuditConfig(Section):
     @model_validator(mode="after")
     def _holdout(self) -> AuditConfig:
         users = []
-        for where, train in (("train", self.train), ("reference_train", self.reference_train)):
-            if train is not None and build_recipe(train).needs_validation:
+        built = self.components
+        for where, train, recipe in (("train", self.train, built.recipe),
+                                     ("reference_train", self.reference_train,
+                                      built.reference_recipe)):
+            if recipe is not None and recipe.needs_validation:
                 users.append(f"{where}.recipe {train.recipe}")
-        if self.output_defense is not None and \
-                build_output_defense(self.output_defense).needs_holdout:
+        if built.output_defense is not None and built.output_defense.needs_holdout:
             users.append("output_defense")
         if users and not self.data.holdout_size:
             raise ValueError(f"{', '.join(users)} need(s) held-out data that is never "

@@ -149,14 +149,16 @@ def enough_sentence(rows: dict[str, Any]) -> str:
 
 def plan_references(data: AttackInput, specs: list[Spec], targets: list[int],
                     references: Callable[[int], np.ndarray], audited: np.ndarray,
-                    pair_of: Callable[[int], int] = lambda m: m // 2) -> dict[str, Any]:
+                    pair_of: Callable[[int], int] = lambda m: m // 2,
+                    built: dict[str, Any] | None = None) -> dict[str, Any]:
     """The planner over every attack spec that uses reference models (the others are listed
-    as reference-free)."""
+    as reference-free). ``built``: the attacks already built, by label (a config's
+    :attr:`~miaudit.config.AuditConfig.components`)."""
     planned: dict[str, Any] = {}
     reference_free = []
     for index, spec in enumerate(specs):
         label, _, _ = attack_label(spec)
-        attack = build_attack(spec, f"attacks[{index}]")
+        attack = built[label] if built is not None else build_attack(spec, f"attacks[{index}]")
         if attack.min_references == 0:  # LOSS, Attack-P, QMIA, uncalibrated label attacks
             reference_free.append(label)
             continue
@@ -221,7 +223,8 @@ def plan_run(run_dir: Path) -> dict[str, Any]:
         plan = planned.plan
         result = plan_references(data, list(planned.cfg.attacks), list(summary.targets),
                                  plan.references, plan.split.audited,
-                                 pair_of=lambda m: plan.family_index(m) // 2)
+                                 pair_of=lambda m: plan.family_index(m) // 2,
+                                 built=planned.cfg.components.attacks)
         path = Path(run_dir) / RESULTS_FILE
         record = read_results(path)  # the record as written: only the planner's key is added
         record["reference_planner"] = result

@@ -13,14 +13,16 @@ The builders take a spec as written or as the config holds it (a parsed
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from miaudit.auditor.specs import Component, Spec, parse_attack, parse_component
 from miaudit.errors import ConfigError
 from miaudit.registry import ATTACKS, OUTPUT_DEFENSES, PENALTIES, QUERIES, RECIPES, Registry
 
-__all__ = ["Component", "RecipeSettings", "Spec", "attack_label", "build_attack",
-           "build_output_defense", "build_penalties", "build_recipe", "check_queries"]
+__all__ = ["Component", "Components", "RecipeSettings", "Spec", "attack_label", "build_attack",
+           "build_output_defense", "build_penalties", "build_recipe", "check_queries",
+           "resolve_components"]
 
 
 class RecipeSettings(Protocol):
@@ -111,3 +113,54 @@ def check_queries(specs: list[str]) -> list[str]:
         built = _construct(QUERIES, query.name, query.options, f"queries[{index}]")
         _check_base(built, Query, f"queries[{index}] {query.name!r}")
     return expanded
+
+
+@dataclass(frozen=True)
+class Components:
+    """A config's components built once, when it is validated, with the capabilities their
+    base classes declare: what validation, the stages and the planner read (``needs_features``,
+    ``min_references``, a recipe's ``needs_validation``, ...) instead of building a throwaway
+    component each time. Working instances (a recipe that trains, a defense fitted per model)
+    are still built where they work: these are shared and must not be mutated."""
+
+    attacks: dict[str, Any]  # label -> Attack, in the config's order
+    recipes: tuple[tuple[RecipeSettings, Any], ...]  # (train section, its recipe): train first
+    output_defense: Any | None
+
+    @property
+    def recipe(self) -> Any:
+        """The train section's recipe."""
+        return self.recipes[0][1]
+
+    @property
+    def reference_recipe(self) -> Any | None:
+        """The reference_train section's recipe (None: the references use train's)."""
+        return self.recipes[1][1] if len(self.recipes) > 1 else None
+
+    @property
+    def needs_features(self) -> bool:
+        """Some attack reads input features (``AttackInput.features``)."""
+        return any(attack.needs_features for attack in self.attacks.values())
+
+    def recipe_of(self, train: RecipeSettings) -> Any:
+        """The built recipe of ``train`` when it is the config's train or reference_train
+        section (the same object), else a recipe built for it."""
+        for settings, recipe in self.recipes:
+            if settings is train:
+                return recipe
+        return build_recipe(train)
+
+
+def resolve_components(attacks: Sequence[Spec | Component], train: RecipeSettings,
+                       reference_train: RecipeSettings | None,
+                       output_defense: Spec | Component | None) -> Components:
+    """Build every component a config names, once (options checked; one error per field)."""
+    built = {}
+    for spec in attacks:
+        label = attack_label(spec)[0]
+        built[label] = build_attack(spec, f"attack {label!r}")
+    recipes = tuple((settings, build_recipe(settings))
+                    for settings in (train, reference_train) if settings is not None)
+    return Components(
+        attacks=built, recipes=recipes,
+        output_defense=None if output_defense is None else build_output_defense(output_defense))

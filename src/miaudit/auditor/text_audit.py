@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from miaudit._runtime.machine import check_score_memory, score_memory_bytes
-from miaudit.config import AuditConfig, attack_label, build_attack, build_recipe
+from miaudit.config import AuditConfig, build_attack
 from miaudit.data import Pool
 from miaudit.errors import ConfigError
 from miaudit.queries.signals import token_view
@@ -30,10 +30,8 @@ def check_modality(cfg: AuditConfig, pool: Pool) -> None:
     """Attacks, queries, recipes and stages that fit the pool's kind of outputs (one clear
     line each, before training)."""
     kind = modality(pool)
-    for spec in cfg.attacks:
-        attack = build_attack(spec)
+    for label, attack in cfg.components.attacks.items():
         if kind not in attack.modalities:
-            label = attack_label(spec)[0]
             which = "text (causal LM) outputs" if kind == "text" else "class logits"
             raise ConfigError(f"attacks: {label!r} does not apply to {which}; "
                               f"{fitting_attacks(kind)}")
@@ -62,7 +60,7 @@ def check_text_settings(cfg: AuditConfig, pool: Pool) -> None:
     if len(queries) > 1:
         check_prefix_room(cfg, pool)
     for where, train in (("train", cfg.train), ("reference_train", cfg.reference_train)):
-        if train is not None and not _trains_language_models(train):
+        if train is not None and not cfg.components.recipe_of(train).language_model:
             raise ConfigError(f"{where}.recipe {train.recipe!r} does not train language models; "
                               "use lm (full fine-tuning), lora, or dpsgd with base lora")
         if train is not None and train.ensemble > 1:
@@ -96,10 +94,6 @@ def check_prefix_room(cfg: AuditConfig, pool: Pool) -> None:
     if cfg.data.population_size in (None, 0, 0.0):
         raise ConfigError("queries: the prefix query takes its non-member texts from the "
                           "population data; set data.population_size")
-
-
-def _trains_language_models(train: Any) -> bool:
-    return build_recipe(train).language_model
 
 
 def default_text_attacks(outputs: Any, has_population: bool) -> list[str]:

@@ -27,12 +27,14 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
                   references: Callable[[int], np.ndarray], audited: np.ndarray,
                   folder: Path | None, privacy: Privacy | None = None,
                   kept: dict[str, np.ndarray] | None = None,
-                  blind: dict[str, Any] | None = None) -> dict[str, Any]:
+                  blind: dict[str, Any] | None = None,
+                  built: dict[str, Any] | None = None) -> dict[str, Any]:
     """{label: attack summary} for every attack spec; writes (targets x audited) scores of each
     attack into ``folder`` (None: no files) and into ``kept`` when given. ``privacy`` (claimed
     epsilon, delta) adds empirical bounds. ``blind`` (a dict, filled in) asks for the blind
     baseline of text outputs with their texts (:mod:`miaudit.analysis.blind_baseline`): its
-    record, and each attack's advantage over it (``over_blind``)."""
+    record, and each attack's advantage over it (``over_blind``). ``built``: the attacks
+    already built, by label (a config's :attr:`~miaudit.config.AuditConfig.components`)."""
     members = data.keep[targets][:, audited]
     labels = data.labels[audited]
     # one set of resamples for every attack: the simultaneous band needs them shared
@@ -41,7 +43,7 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
     replicates: dict[str, dict[str, np.ndarray]] = {}
     for index, spec in enumerate(specs):
         label, name, options = attack_label(spec)
-        attack = build_attack(spec, f"attacks[{index}]")
+        attack = built[label] if built is not None else build_attack(spec, f"attacks[{index}]")
         outcomes = run_attack(attack, data, targets, references)
         scores = np.stack([np.asarray(o.scores)[audited] for o in outcomes])
         attacks[label] = attack_summary(name, options, scores, members, labels, privacy)
@@ -244,7 +246,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
     population samples (never scored) for attacks that need them. Writes a run directory
     that ``miaudit report`` reads like an audit's; with ``out_dir`` None it writes nothing and
     the Results hold the scores in memory (``run_dir`` None)."""
-    population, audited, targets = _score_plan(outputs, specs, population, targets)
+    population, audited, targets, built = _score_plan(outputs, specs, population, targets)
     data = outputs.attack_input(population=population)
     data.evaluated = audited
     references = rotation_references(outputs.num_models)
@@ -252,7 +254,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
         kept: dict[str, np.ndarray] = {}
         blind: dict[str, Any] = {}
         attacks = score_attacks(data, specs, targets, references, audited, None, kept=kept,
-                                blind=blind)
+                                blind=blind, built=built)
         summary = _outputs_summary(outputs, specs, name, "", "", targets, audited, population,
                                    attacks, blind)
         members = outputs.keep[targets][:, audited]
@@ -271,7 +273,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
         blind = {}
         with run.new_scores() as folder:
             attacks = score_attacks(data, specs, targets, references, audited, folder,
-                                    blind=blind)
+                                    blind=blind, built=built)
             scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
         summary = _outputs_summary(outputs, specs, name, str(run.root), scores_dir, targets,
                                    audited, population, attacks, blind)
@@ -285,8 +287,10 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
 
 
 def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
-                targets: list[int] | None) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(population, audited samples, targets), every attack option checked before any work."""
+                targets: list[int] | None
+                ) -> tuple[np.ndarray, np.ndarray, list[int], dict[str, Any]]:
+    """(population, audited samples, targets, the attacks built by label), every attack
+    option checked before any work."""
     from miaudit.auditor.text_audit import fitting_attacks
     from miaudit.results.external import population_indices
 
@@ -300,8 +304,9 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
     if len(set(labels)) != len(labels):
         raise ConfigError(f"attack labels must be distinct, got {labels}")
     check_scores_names(labels)
-    for label, spec in zip(labels, specs):  # option errors before any work
-        attack = build_attack(spec, f"attack {label!r}")
+    built = {label: build_attack(spec, f"attack {label!r}")  # option errors before any work
+             for label, spec in zip(labels, specs)}
+    for label, attack in built.items():
         if outputs.modality not in attack.modalities:
             raise ConfigError(f"attack {label!r} does not apply to {outputs.modality} "
                               f"outputs; {fitting_attacks(outputs.modality)}")
@@ -318,7 +323,7 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
             attack.check_queries(list(outputs.query_names))
         except ValueError as error:
             raise ConfigError(f"attack {label!r}: {error}") from None
-    return population, audited, targets
+    return population, audited, targets, built
 
 
 def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,

@@ -32,7 +32,6 @@ from miaudit.config import (
     AuditConfig,
     ModelConfig,
     TrainConfig,
-    build_recipe,
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
@@ -293,7 +292,8 @@ def job_identity(model_cfg: ModelConfig, train_cfg: TrainConfig, *, cfg: AuditCo
     return ids.model_identity(
         data=data, model=ids.section_dump(model_cfg), train=ids.section_dump(train_cfg),
         model_seed=seed, membership=membership, holdout=holdout, device_kind=device_kind,
-        code=code_digests(cfg.data.name, model_cfg, train_cfg), parent=parent)
+        code=ids.code_digests(cfg.data.name, model_cfg.name, model_cfg.options,
+                              cfg.components.recipe_of(train_cfg)), parent=parent)
 
 
 def read_members(path: Path, pool_size: int) -> np.ndarray:
@@ -320,12 +320,6 @@ def read_members(path: Path, pool_size: int) -> np.ndarray:
         raise DataError(f"target.members {path}: the target needs members and non-members "
                         "in the pool")
     return mask
-
-
-def code_digests(data_name: str, model_cfg: ModelConfig, train_cfg: TrainConfig) -> list[str]:
-    """The user-code and checkpoint digests of one planned model (see
-    :func:`miaudit.auditor.identity.code_digests`), its recipe built from ``train_cfg``."""
-    return ids.code_digests(data_name, model_cfg.name, model_cfg.options, build_recipe(train_cfg))
 
 
 def check_pool(cfg: AuditConfig, pool: Pool) -> None:

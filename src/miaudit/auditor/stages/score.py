@@ -20,7 +20,7 @@ from miaudit.auditor.stages.evaluate import Evaluated
 from miaudit.auditor.stages.plan import Audit, snapshot_job
 from miaudit.auditor.stages.query import query_key
 from miaudit.auditor.stages.train import Trained
-from miaudit.config import build_attack, build_output_defense
+from miaudit.config import build_output_defense
 from miaudit.errors import ConfigError
 from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.queries.features import input_features
@@ -99,8 +99,7 @@ def attack_input(run: RunDir, planned: Audit, jobs: list[ModelJob] | None = None
     if cfg.output_defense is not None:
         apply_output_defense(logits, cfg.output_defense, labels, plan.keep, plan.split.holdout,
                              list(cfg.queries))
-    wants_features = any(build_attack(spec, f"attacks[{i}]").needs_features
-                         for i, spec in enumerate(cfg.attacks))
+    wants_features = cfg.components.needs_features
     return AttackInput(logits=logits, labels=labels, keep=plan.keep,
                        query_names=list(cfg.queries), population=plan.split.population,
                        evaluated=plan.split.audited,
@@ -123,12 +122,13 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     blind: dict[str, Any] = {}
     with run.new_scores() as folder:
         attacks = score_attacks(data, cfg.attacks, targets, plan.references,
-                                plan.split.audited, folder, claim, blind=blind)
+                                plan.split.audited, folder, claim, blind=blind,
+                                built=cfg.components.attacks)
         scores_dir = folder.name.removesuffix(".tmp").lstrip(".")
     if cfg.memorization_attack is not None:
-        spec = next(a for a in cfg.attacks if a.label == cfg.memorization_attack)
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir,
-                           cfg.memorization_models, spec)
+                           cfg.memorization_models,
+                           cfg.components.attacks[cfg.memorization_attack])
     if planned.pool.is_text:
         stats = text_model_stats(logits, plan.keep, plan.split.audited, targets)
     else:
@@ -165,7 +165,7 @@ def snapshot_scores(run: RunDir, planned: Audit, claim: Privacy | None) -> dict[
             [snapshot_job(job, epoch) for job in planned.jobs]
         data = attack_input(run, planned, jobs)
         attacks = score_attacks(data, cfg.attacks, list(plan.targets), plan.references,
-                                plan.split.audited, None, claim)
+                                plan.split.audited, None, claim, built=cfg.components.attacks)
         by_epoch[str(epoch)] = {
             "attacks": {label: {"pooled": attack["pooled"]} for label, attack in attacks.items()},
             "target_models": epoch_accuracy(run, planned, data, jobs)}
@@ -187,11 +187,11 @@ def epoch_accuracy(run: RunDir, planned: Audit, data: AttackInput,
 
 def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
                        scores_dir: str, family: int | None = None,
-                       spec: Any = None) -> None:
+                       built_attack: Any = None) -> None:
     """DeMem Figure 1 analysis for the first target, from ``attack``'s scores (audited
     samples only). With ``family`` (K): memorization from the last K models only, and the
-    target re-scored by ``spec`` (the attack) with references that exclude them, so the
-    estimate is independent of both the target and the attack's references."""
+    target re-scored by ``built_attack`` with references that exclude them, so the estimate
+    is independent of both the target and the attack's references."""
     from miaudit._runtime.io import record_digests
     from miaudit.analysis.memorization import memorization_analysis, plot_memorization_analysis
     from miaudit.auditor.rundir import read_scores
@@ -204,7 +204,7 @@ def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
     else:
         models = list(range(len(plan.keep) - family, len(plan.keep)))
         references = np.array([r for r in plan.references(target) if r not in models])
-        outcome = build_attack(spec, "memorization_attack").evaluate(data, target, references)
+        outcome = built_attack.evaluate(data, target, references)
         scores = np.asarray(outcome.scores)[audited]
     table = memorization_analysis(data.logits[:, audited], data.labels[audited],
                                   plan.keep[:, audited], scores, target,
