@@ -136,6 +136,14 @@ class AuditConfig(Section):
     # (the objects it was built from, the built components): see :attr:`components`
     _built: tuple[Any, ...] | None = PrivateAttr(default=None)
 
+    def __eq__(self, other: object) -> bool:
+        # the fields decide; the built components (a cache of them) do not
+        if not isinstance(other, AuditConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic's models
+
     @property
     def components(self) -> Components:
         """Every component this config names, built once (when it is validated) with their
