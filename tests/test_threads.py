@@ -66,6 +66,7 @@ def test_explicit_omp_num_threads_wins(cores, monkeypatch):
     cores(16)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     assert threads.default_threads(load=100.0) == 7
+    assert threads.threads_for_model(7, forward_flops=0.6e6) == 7  # a small model too
     monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
     assert threads.default_threads(load=0.0) == 4
 
@@ -73,9 +74,11 @@ def test_explicit_omp_num_threads_wins(cores, monkeypatch):
 def test_a_small_model_trains_on_one_thread_and_a_large_one_on_the_free_cores(cores):
     cores(4)
     small, large = 0.6e6, 90e6  # forward FLOPs: small_cnn on 8x8 digits, ResNet-14 on CIFAR-10
-    assert threads.default_threads(load=0.0, forward_flops=small) == 1
-    assert threads.default_threads(load=0.0, forward_flops=large) == 4
-    assert threads.default_threads(load=0.0, forward_flops=None) == 4  # size not known
+    chosen = threads.default_threads(load=0.0)
+    assert chosen == 4
+    assert threads.threads_for_model(chosen, small) == 1
+    assert threads.threads_for_model(chosen, large) == 4
+    assert threads.threads_for_model(chosen, 0.0) == 4  # size not known
 
 
 def test_the_forward_flops_of_a_known_layer_are_counted():

@@ -92,18 +92,23 @@ def free_cores(busy: float) -> int:
     return max(1, math.floor(available_cores() - busy + FREE_SLACK))
 
 
-def default_threads(workers: int = 1, load: float | None = None,
-                    forward_flops: float | None = None) -> int:
+def default_threads(workers: int = 1, load: float | None = None) -> int:
     """torch intra-op threads for ``threads: auto`` (the default): one per free core
     (:func:`free_cores` of ``load``, default :func:`busy_cores` measured now) shared among
-    ``workers`` parallel training processes, capped at :data:`MAX_THREADS`, at least 1; one
-    for a model whose forward pass costs less than :data:`SMALL_MODEL_FLOPS` per sample
-    (``forward_flops``, None: not known). An explicit ``OMP_NUM_THREADS`` (the user's own
-    choice) wins."""
+    ``workers`` parallel training processes, capped at :data:`MAX_THREADS`, at least 1. An
+    explicit ``OMP_NUM_THREADS`` (the user's own choice) wins."""
     explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
     if explicit.isdigit() and int(explicit) > 0:
         return int(explicit)
-    if forward_flops is not None and forward_flops < SMALL_MODEL_FLOPS:
-        return 1
     free = free_cores(busy_cores() if load is None else load)
     return max(1, min(MAX_THREADS, free // max(1, workers)))
+
+
+def threads_for_model(threads: int, forward_flops: float) -> int:
+    """``threads`` (what :func:`default_threads` chose), or one for a model whose forward pass
+    costs less than :data:`SMALL_MODEL_FLOPS` per sample (``forward_flops``; 0: not known,
+    ``threads`` kept). An explicit ``OMP_NUM_THREADS`` wins here too."""
+    explicit = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if explicit.isdigit() and int(explicit) > 0:
+        return threads
+    return 1 if 0 < forward_flops < SMALL_MODEL_FLOPS else threads

@@ -129,15 +129,17 @@ def plan_audit(cfg: AuditConfig) -> Audit:
     check_snapshot_jobs(cfg, jobs)
     every = [level for job in jobs for level in chain(job)]
     parameters, flops = 0, 0.0
+    sized = cfg.threads == "auto"  # the thread default reads the model's size
     for model_cfg, train_cfg in {(j.model.model_dump_json(), j.train.model_dump_json()): (
             j.model, j.train) for j in every}.values():
         parameters = max(parameters, check_model_size(model_cfg, train_cfg, pool))
-        flops = max(flops, forward_flops(build_architecture(model_cfg, train_cfg, pool), pool))
+        architecture = build_architecture(model_cfg, train_cfg, pool)
+        flops = max(flops, forward_flops(architecture, pool) if sized else 0.0)
     check_disk(cfg, pool, len(every), parameters)
-    if cfg.threads == "auto" and flops:  # small models train fastest per CPU-s on one thread
-        from miaudit._runtime.threads import default_threads
+    if sized:  # small models train fastest per CPU-s on one thread
+        from miaudit._runtime.threads import threads_for_model
 
-        torch.set_num_threads(min(torch.get_num_threads(), default_threads(forward_flops=flops)))
+        torch.set_num_threads(threads_for_model(torch.get_num_threads(), flops))
     return Audit(cfg, pool, plan, device, data, jobs)
 
 
