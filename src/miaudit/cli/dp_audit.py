@@ -13,10 +13,10 @@ from rich.table import Table
 from miaudit.cli.errors import user_errors
 from miaudit.configtools import format_errors
 from miaudit.errors import ConfigError, InputFileError
+from miaudit.registry import parse_spec
 
 if TYPE_CHECKING:
     from miaudit.dp_audit.settings import DPAuditConfig
-from miaudit.registry import parse_spec
 
 console = Console()
 
