@@ -54,7 +54,7 @@ from pathlib import Path
 import yaml
 from scipy.stats import norm, t
 
-from miaudit._runtime.io import DIGEST_KEY
+from miaudit import Results, Summary
 from miaudit.analysis import (
     beyond_margin_p,
     by_a_hair,
@@ -65,10 +65,8 @@ from miaudit.analysis import (
     side_se,
     tost_p,
 )
-from miaudit.privacy.bounds import roc_bound
-from miaudit.results import reference_models
-from miaudit.stats import summary_intervals
-from miaudit.stats.metrics import clopper_pearson
+from miaudit.privacy import bounds
+from miaudit.stats import metrics, summary_intervals
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "claims.yaml"  # floors, queue, rows and claims (its header gives the schema)
@@ -194,9 +192,20 @@ def rows_of(claim: Claim, seed: int | None = None) -> tuple[Row, Row | None]:
 
 
 # -- reading the committed outputs ---------------------------------------------------------------
-def load(experiment: str, stem: str, suffix: str = "results.json") -> dict | None:
+def load(experiment: str, stem: str, suffix: str = "results.json") -> Summary | dict | None:
+    """A committed output of the row (None where not run): results.json as its typed record
+    (:meth:`miaudit.Results.load`: schema and digest checked), other files as JSON."""
+    if suffix == "results.json":
+        results = load_results(experiment, stem)
+        return results and results.summary
     path = HERE / experiment / "outputs" / f"{stem}.{suffix}"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+@cache
+def load_results(experiment: str, stem: str) -> Results | None:
+    path = HERE / experiment / "outputs" / f"{stem}.results.json"
+    return Results.load(path) if path.exists() else None
 
 
 Interval = tuple[float, float, float]  # value, low, high
@@ -235,7 +244,7 @@ def memorization_interval(row: Row, metric: str) -> Interval | None:
     n = sum(b["n_members"] for b in chosen)
     k = sum(round(b["tpr@0.1%"] * b["n_members"]) for b in chosen)
     key = "tpr@0.1%_memorization_" + ("0" if metric == "bin_tpr_low" else "above_0.5")
-    return widened((k / n, *clopper_pearson(k, n)), table, key) if n else None
+    return widened((k / n, *metrics.clopper_pearson(k, n)), table, key) if n else None
 
 
 def widened(found: Interval, table: dict, key: str) -> Interval:
@@ -463,7 +472,7 @@ def test_for(claim: Claim, metric: str, seed: int | None = None) -> Test:
     if ours is NOT_MEASURABLE:
         return Test(metric, "n/m", "not measurable")
     if claim.kind in ("under_bound", "exceeds_bound"):
-        bound = float(roc_bound(BOUND_FPR[metric], claim.epsilon, 1e-5))
+        bound = float(bounds.roc_bound(BOUND_FPR[metric], claim.epsilon, 1e-5))
         text = f"{fmt(metric, ours)} vs bound {fmt(metric, (bound,))}"
         below = (bound - ours[0], bound - ours[2], bound - ours[1])
         stat = below if claim.kind == "under_bound" else tuple(-v for v in below[::-1])
@@ -557,7 +566,8 @@ def paired_difference(high: Row, low: Row, metric: str) -> dict | None:
 def committed_digests(high: Row, low: Row) -> list[str | None]:
     """The digests of the two rows' committed results.json (None where not run): a paired.json
     entry counts only while it was computed from exactly these."""
-    return [(load(row.experiment, row.stem) or {}).get(DIGEST_KEY) for row in (high, low)]
+    return [(results := load_results(row.experiment, row.stem)) and results.digest
+            for row in (high, low)]
 
 
 def paired_key(high: Row, low: Row) -> str:
@@ -611,10 +621,9 @@ def row_references(row: Row) -> int | None:
     """How many reference models row's attack calibrated each target's scores with (None: not
     run, or an attack that uses none, e.g. LOSS or Attack-P)."""
     summary = load(row.experiment, row.stem)
-    record = (summary or {}).get("attacks", {}).get(row.attack) or {}
-    if "attack" not in record or "num_models" not in summary:
+    if summary is None or row.attack not in summary.attacks:
         return None
-    return reference_models(record["attack"], record.get("options", {}), summary["num_models"])
+    return summary.reference_models(row.attack)
 
 
 def unequal_references(claim: Claim, seed: int | None = None) -> str:
@@ -652,11 +661,11 @@ def assess(claim: Claim) -> Assessment:
     """The claim's tests at each seed (None: its rows' own experiments) and the tests it brings
     to the family: one per metric, at one seed, or pooled by fixed effects over seeds that ran
     (the seeds' targets are disjoint draws of one design: independent estimates)."""
-    metrics = claim.metrics[:1] if claim.kind == "within" else claim.metrics
+    tested = claim.metrics[:1] if claim.kind == "within" else claim.metrics
     seeds = sorted(claim.seeds) or [None]
     by_seed, blocked = {}, {}
     for seed in seeds:
-        tests = [test_for(claim, metric, seed) for metric in metrics]
+        tests = [test_for(claim, metric, seed) for metric in tested]
         if all(test.status == "not run" for test in tests):
             continue
         by_seed[seed] = tests

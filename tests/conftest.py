@@ -64,3 +64,40 @@ def tiny_audit(tmp_path: Path, **overrides: object) -> dict:
     }
     config.update(overrides)
     return config
+
+
+def committed(lookup):
+    """``claims.load_results`` (experiments/claims.py) answering from ``lookup(experiment,
+    stem)``: a fragment of results.json as a test writes it (its digest under "sha256"), or
+    None for a row not run; the fragment completed with neutral values to a valid record and
+    typed as :meth:`miaudit.Results.load` types a committed file."""
+    from miaudit import Results
+
+    def load_results(experiment, stem):
+        fragment = lookup(experiment, stem)
+        if fragment is None:
+            return None
+        return Results(run_dir=None, summary=typed_summary(fragment),
+                       digest=fragment.get("sha256"))
+
+    return load_results
+
+
+def typed_summary(fragment: dict):
+    """``fragment`` (some keys of results.json) completed to a valid Summary: the keys it has
+    keep its values; the others get neutral ones (one target of two models, AUC 0.5)."""
+    from miaudit import Summary
+
+    targets = fragment.get("targets", [0])
+    record = {"name": "test", "run_dir": "/nowhere", "protocol": "rotation", "targets": targets,
+              "num_models": len(targets) + 1, "pool_size": 100, "queries": ["identity"],
+              "config": {}, **{k: v for k, v in fragment.items() if k != "sha256"}}
+    accuracy = {"train_accuracy": 0.9, "test_accuracy": 0.9, "generalization_gap": 0.0,
+                "train_accuracy_std": 0.0, "test_accuracy_std": 0.0}
+    record["target_models"] = {**accuracy, **fragment.get("target_models", {})}
+    record["attacks"] = {label: {"attack": label.split(":")[0], "options": {}, "mean": {},
+                                 "std": {}, "min": {}, "max": {}, "per_target": [],
+                                 "per_class": {}, **attack,
+                                 "pooled": {"auc": 0.5, **attack.get("pooled", {})}}
+                         for label, attack in fragment.get("attacks", {}).items()}
+    return Summary.model_validate(record)

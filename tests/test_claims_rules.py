@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import load_script
+from conftest import committed, load_script
 from miaudit.analysis.decision_rules import (
     Z95,
     beyond_margin_p,
@@ -146,8 +146,8 @@ def _claim(monkeypatch, results: dict, kind: str = "greater") -> object:
     monkeypatch.setattr(claims, "ROWS", rows)
     aucs = {(experiment, stem): auc for experiment, pair in results.items()
             for stem, auc in zip(("high", "low"), pair)}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: _summary(
-        aucs[experiment, stem]) if (experiment, stem) in aucs else None)
+    monkeypatch.setattr(claims, "load_results", committed(lambda experiment, stem, *a: _summary(
+        aucs[experiment, stem]) if (experiment, stem) in aucs else None))
     return claims.Claim("s", "h", "l", ("auc",), kind=kind, seeds={0: "s0", 1: "s1"})
 
 

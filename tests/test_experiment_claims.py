@@ -8,7 +8,7 @@ import pytest
 import yaml
 from sklearn.metrics import roc_auc_score
 
-from conftest import load_script, tiny_audit
+from conftest import committed, load_script, tiny_audit
 from miaudit._runtime import machine
 from miaudit.config import validate_config
 
@@ -162,15 +162,18 @@ def test_interval_source_by_results_layout(monkeypatch):
                   {"tpr@1%": 0.3, "n_members": 100, "n_nonmembers": 100}]
     old = {"tpr@1%": 0.2, "tpr@1%_ci": [0.19, 0.21], "tpr@1%_measurable": True,
            "n_members": 200, "n_nonmembers": 200}
-    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(old, per_target, 2))
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda *a, **k: _summary(old, per_target, 2)))
     half = 1.959964 * math.sqrt(0.0115)  # tests/test_intervals.py's hand-worked case
     assert claims.interval(row, "tpr@1%") == pytest.approx((0.2, 0.0, 0.2 + half), abs=1e-6)
     new = {**old, "tpr@1%_ci": [0.1, 0.35], "ci_method": "two-way ..."}
-    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(new, per_target, 2))
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda *a, **k: _summary(new, per_target, 2)))
     assert claims.interval(row, "tpr@1%") == (0.2, 0.1, 0.35)
     assert claims.interval(row, "tpr@0.1%") is claims.NOT_MEASURABLE  # 0.1% x 200 < 1
     one = {**old, "n_members": 100, "n_nonmembers": 100}
-    monkeypatch.setattr(claims, "load", lambda *a, **k: _summary(one, per_target[:1], 1))
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda *a, **k: _summary(one, per_target[:1], 1)))
     assert claims.interval(row, "tpr@1%") == (0.2, 0.19, 0.21)  # one target: Clopper-Pearson
 
 
@@ -191,16 +194,16 @@ def test_accuracy_floor_by_family(monkeypatch, model, recipe, family):
     row = claims.Row("x", "exp", "stem")
     monkeypatch.setattr(claims, "ROWS", {"x": row, "y": row})
     for accuracy, failed in ((floor - 0.001, True), (floor + 0.001, False)):
-        monkeypatch.setattr(claims, "load", lambda *a, acc=accuracy, **k: _fake_summary(
-            model, recipe, acc))
+        monkeypatch.setattr(claims, "load_results", committed(
+            lambda *a, acc=accuracy, **k: _fake_summary(model, recipe, acc)))
         assert claims.floor_family(row) == family
         assert bool(claims.failed_rows(claims.Claim("s", "x", "y"))) is failed
 
 
 def test_a_matched_accuracy_control_is_held_to_the_floor_it_names(monkeypatch):
     # A ResNet-14 trained to an SDENet's 62% is judged by the SDENet's floor (60%), not 65%.
-    monkeypatch.setattr(claims, "load", lambda *a, **k: _fake_summary("resnet14", "standard",
-                                                                       0.62))
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda *a, **k: _fake_summary("resnet14", "standard", 0.62)))
     own, matched = claims.Row("x", "e", "s"), claims.Row("y", "e", "s", floor="ODE/SDE")
     monkeypatch.setattr(claims, "ROWS", {"x": own, "y": matched})
     assert claims.failed_rows(claims.Claim("s", "x", "x")) and \
@@ -254,7 +257,7 @@ def _seeded_claim(monkeypatch, results, accuracy=0.9):
             accuracy, dict) else accuracy
         return summary
 
-    monkeypatch.setattr(claims, "load", load)
+    monkeypatch.setattr(claims, "load_results", committed(load))
     return claims.Claim("s", "h", "l", ("auc",), seeds={0: "s0", 1: "s1"})
 
 
@@ -336,7 +339,8 @@ def test_a_cross_run_paired_difference_decides_only_while_its_inputs_are_unchang
     monkeypatch.setattr(claims, "ROWS", rows)
     summaries = {stem: {**_seeded_summary(auc), "sha256": stem} for stem, auc
                  in (("high", 0.61), ("low", 0.60))}  # overlapping intervals: inconclusive
-    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: summaries[stem])
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda experiment, stem, *a: summaries[stem]))
     key = claims.paired_key(rows["h"], rows["l"])
     entry = {"digests": ["high", "low"], "auc": {"value": 0.01, "ci": [0.004, 0.016]}}
     monkeypatch.setattr(claims, "paired_entries", lambda: {key: entry})
@@ -370,7 +374,8 @@ def test_runs_calibrated_on_different_numbers_of_reference_models_are_not_compar
         summary = _seeded_summary(auc)
         summary["attacks"]["lira"].update(attack)
         summaries[stem] = {**summary, "num_models": count}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: summaries[stem])
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda experiment, stem, *a: summaries[stem]))
     decided = claims.decide(claims.Claim("s", "h", "l", ("auc",)))[0]
     assert decided == verdict or decided == f"{verdict}; as measured: reproduced"
 
@@ -390,7 +395,8 @@ def test_the_scale_to_decide_reads_the_paired_interval(monkeypatch):
     monkeypatch.setattr(claims, "ROWS", rows)
     summaries = {stem: {**_seeded_summary(auc), "sha256": stem} for stem, auc
                  in (("high", 0.61), ("low", 0.60))}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: summaries[stem])
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda experiment, stem, *a: summaries[stem]))
     entry = {"digests": ["high", "low"], "auc": {"value": 0.01, "ci": [-0.01, 0.03]}}
     monkeypatch.setattr(claims, "paired_entries",
                         lambda: {claims.paired_key(rows["h"], rows["l"]): entry})
@@ -418,8 +424,8 @@ def test_the_lambda_sweep_reads_each_finished_lambda_with_its_intervals(monkeypa
                    "tpr@0.1%_ci": [0.012, 0.018], "tpr@1%": 0.06, "tpr@1%_ci": [0.055, 0.065],
                    "n_nonmembers": 5000, "ci_method": "crossed"}}}}
     finished = {"1_fast_at", "3_fast_at_demem_0.5", "5_fast_at_matched"}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem:
-                        summary if stem in finished else None)
+    monkeypatch.setattr(claims, "load_results", committed(lambda experiment, stem:
+                        summary if stem in finished else None))
     points = sweep.sweep("papers/B/fast_at_resnet14")
     assert sorted(points) == [0.0, 0.5]  # lambdas 0.2 and 1.0 have not finished
     assert points[0.5]["auc"] == (0.66, 0.65, 0.67)
@@ -447,7 +453,7 @@ def test_similar_accuracies_pair_over_targets_only_with_the_same_memberships(
         monkeypatch, other_seed, other_dir, paired):
     summaries = {"high": _accuracy_summary([0.60, 0.62, 0.61]),
                  "low": _accuracy_summary([0.58, 0.61, 0.59], other_seed, other_dir)}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem: summaries[stem])
+    monkeypatch.setattr(claims, "load_results", committed(lambda experiment, stem: summaries[stem]))
     high, low = (claims.Row(stem, "e", stem) for stem in ("high", "low"))
     found = claims.paired_accuracy_difference(high, low, "test_accuracy")
     if not paired:
@@ -460,7 +466,8 @@ def test_similar_accuracies_pair_over_targets_only_with_the_same_memberships(
 def test_paired_py_skips_only_entries_computed_from_the_committed_results(monkeypatch):
     paired = load_script("experiments/paired.py")
     summaries = {"high": {"sha256": "h1"}, "low": {"sha256": "l1"}}
-    monkeypatch.setattr(claims, "load", lambda experiment, stem: summaries.get(stem))
+    monkeypatch.setattr(claims, "load_results", committed(
+        lambda experiment, stem: summaries.get(stem)))
     high, low = claims.Row("h", "e", "high"), claims.Row("l", "e", "low")
     entry = {"digests": ["h1", "l1"], "auc": {"value": 0.01, "ci": [0.0, 0.02]}}
     assert paired.is_current(entry, high, low, ("auc",))
@@ -486,8 +493,9 @@ def test_paired_py_keeps_what_a_missing_partner_needs_and_pairs_with_it_later(
                for stem, extra in (("high", {}), ("low", {"train": {"epochs": 2}}))}
     records = {stem: json.loads((folder / "results.json").read_text())
                for stem, folder in folders.items()}
-    committed = {"high": records["high"]}  # the low row is not run yet
-    monkeypatch.setattr(claims, "load", lambda experiment, stem, *a: committed.get(stem))
+    on_record = {"high": records["high"]}  # the low row is not run yet
+    monkeypatch.setattr(claims, "load_results", committed(lambda experiment, stem:
+                                                          on_record.get(stem)))
     monkeypatch.setattr(claims, "HERE", tmp_path)
     high, low = claims.Row("h", "e", "high"), claims.Row("l", "e", "low")
     wanted = [(high, low, ("auc",))]
@@ -495,14 +503,14 @@ def test_paired_py_keeps_what_a_missing_partner_needs_and_pairs_with_it_later(
 
     paired.keep_for_later(wanted, [])
     assert sorted(p.name for p in outputs.iterdir()) == ["high.scores.npz"]
-    committed["low"] = records["low"]
+    on_record["low"] = records["low"]
     both_here, _ = paired.compute(high, low, ("auc",), [])
     shutil.rmtree(folders["high"])  # gone with its session
     entry, what = paired.compute(high, low, ("auc",), [])
     assert what == "computed" and entry == both_here
     paired.keep_for_later(wanted, [])  # the low row's partner is kept: nothing more to keep
     assert sorted(p.name for p in outputs.iterdir()) == ["high.scores.npz"]
-    committed["high"] = {**records["high"], "sha256": "a rerun"}
+    on_record["high"] = {**records["high"], "sha256": "a rerun"}
     assert paired.compute(high, low, ("auc",), [])[1].startswith("run directory not here")
 
 

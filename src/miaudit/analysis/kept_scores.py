@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from miaudit.errors import RunDirError
 
 if TYPE_CHECKING:
     from miaudit.reporting.run_view import RunView
+    from miaudit.results import Results
 
 SUFFIX = "scores.npz"  # beside <stem>.results.json: <stem>.scores.npz
 
@@ -42,6 +43,18 @@ class KeptScores:
     audited: np.ndarray  # (A,) pool indices
     members: np.ndarray  # (T, A) bool
     by_label: dict[str, np.ndarray]  # attack label -> (T, A) scores
+    SUFFIX: ClassVar[str] = SUFFIX
+
+    @classmethod
+    def of(cls, results: Results, labels: Iterable[str] | None = None) -> KeptScores:
+        """The scores of attacks ``labels`` (default: every attack) of ``results`` loaded
+        from a run directory (:meth:`miaudit.Results.load`), read into memory."""
+        labels = sorted(set(labels if labels is not None else results.attacks))
+        read = {label: results.scores(label) for label in labels}
+        members = next(iter(read.values()))[1] if read else np.zeros((0, 0), bool)
+        return cls(root=results.run_dir, result_digest=results.digest or "",
+                   targets=list(results.summary.targets), audited=results.audited,
+                   members=members, by_label={label: scores for label, (scores, _) in read.items()})
 
     def has_scores(self) -> bool:
         return True
@@ -57,9 +70,10 @@ class KeptScores:
         return self.by_label[label]
 
 
-def keep_scores(path: Path, run: RunView, labels: Iterable[str], result_digest: str) -> None:
-    """Write the scores of attacks ``labels`` of ``run`` (a run directory that holds them),
-    with what pairing needs besides, to ``path``, atomically."""
+def keep_scores(path: Path, run: RunView | KeptScores, labels: Iterable[str],
+                result_digest: str) -> None:
+    """Write the scores of attacks ``labels`` of ``run`` (a run directory that holds them, or
+    scores read from one), with what pairing needs besides, to ``path``, atomically."""
     labels = sorted(set(labels))
     arrays = {"result_digest": np.array(result_digest), "labels": np.array(labels),
               "targets": np.asarray(run.targets, np.int64),

@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from miaudit._runtime.io import DIGEST_KEY, path_problem, read_digested_json, write_digested_json
+from miaudit._runtime.io import (
+    DIGEST_KEY,
+    path_problem,
+    read_digested_json,
+    text_digest,
+    write_digested_json,
+)
 
 # LAYOUT: the one layout version of a run directory and its results
 from miaudit.auditor.runfiles import LAYOUT, RESULTS_FILE, record_layout
@@ -41,7 +47,11 @@ __all__ = ["EXTERNAL_SOURCE", "LAYOUT", "RESULTS_FILE", "STRONGEST_KEY", "Attack
            "BlindBaseline", "Difference", "EmpiricalEpsilon", "Interval", "Machine",
            "MetricValue", "NsdeGuarantee", "Privacy", "Record", "Results", "Summary",
            "TargetModels", "Timing", "holds_result", "load_summary", "parse_summary",
-           "read_results", "reference_models", "roc_title", "write_results"]
+           "read_results", "read_results_file", "reference_models", "roc_title", "write_results"]
+
+
+NO_SCORES = ("these results were loaded from results.json alone, which holds no per-sample "
+             "scores: load the run directory")
 
 
 @dataclass
@@ -54,12 +64,21 @@ class Results:
     summary: Summary
     memory_scores: dict[str, np.ndarray] | None = field(default=None, repr=False)
     memory_members: np.ndarray | None = field(default=None, repr=False)
+    #: the digest results.json carries (None: written before miaudit sealed its records)
+    digest: str | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> Results:
         """The results of a finished run directory (results.json checked against the schema
-        and its scores folder present)."""
-        return cls(run_dir=Path(path), summary=load_summary(Path(path)))
+        and its scores folder present), or of a results.json file on its own (e.g. an
+        experiment's committed ``outputs/X.results.json``, of any layout the schema reads):
+        its digest verified when it carries one, no per-sample scores."""
+        path = Path(path)
+        if path.is_file():
+            record, digest = read_results_file(path)
+            return cls(run_dir=None, summary=parse_summary(record, path), digest=digest)
+        summary, digest = _read_run(path)
+        return cls(run_dir=path, summary=summary, digest=digest)
 
     @property
     def attacks(self) -> dict[str, AttackRecord]:
@@ -103,12 +122,31 @@ class Results:
         if attack not in self.attacks:
             raise KeyError(f"no attack {attack!r}; have {sorted(self.attacks)}")
         if self.run_dir is None:
+            if self.memory_scores is None:
+                raise RunDirError(NO_SCORES)
             return self.memory_scores[attack], self.memory_members
         from miaudit.auditor.rundir import audited_members, read_scores
 
         return (read_scores(self.run_dir, self.summary.scores_dir, attack),
                 audited_members(self.run_dir, self.summary.targets))
 
+
+    @property
+    def audited(self) -> np.ndarray:
+        """(A,) the pool indices of the audited samples: the columns of :meth:`scores`."""
+        if self.run_dir is not None:
+            return _audited_indices(self.run_dir)
+        if self.memory_members is None:
+            raise RunDirError(NO_SCORES)
+        return np.arange(self.memory_members.shape[1])  # scored in memory: all of them
+
+    def reproduces(self, other: Results) -> bool:
+        """Whether these results hold the same result as ``other`` (e.g. an experiment's
+        committed results.json): the same content but for when, where and how fast it was made
+        (:data:`CIRCUMSTANCES`). A run directory rescored since at another number of models,
+        or retrained, holds another result: its scores must not stand for ``other``'s."""
+        return _without_circumstances(self.summary.model_dump()) == \
+            _without_circumstances(other.summary.model_dump())
 
     def records(self, attack: str | None = None, level: float | None = None) -> Any:
         """Per-record risk (:mod:`miaudit.analysis.record_risk`) as a pandas DataFrame, one row
@@ -142,10 +180,8 @@ class Results:
         risk = rr.record_risk(scores[attack], members, level=level, attack=attack)
         if classes:
             names = [classes.get(i, "") for i in range(max(classes) + 1)]
-        indices = (np.arange(members.shape[1]) if self.run_dir is None
-                   else _audited_indices(self.run_dir))
-        return pd.DataFrame(rr.records_table(risk, indices, labels, names if classes else None,
-                                             scores, members))
+        return pd.DataFrame(rr.records_table(risk, self.audited, labels,
+                                             names if classes else None, scores, members))
 
 
 def _audited_indices(run_dir: Path) -> np.ndarray:
@@ -182,6 +218,18 @@ def write_results(path: Path, summary: dict[str, Any]) -> None:
     """Write the record ``summary`` (a dict, written as built) with the digest of its JSON
     content, so damage is found on reading."""
     write_digested_json(path, summary)
+
+
+def read_results_file(path: Path) -> tuple[dict[str, Any], str | None]:
+    """(content, digest) of a results.json read on its own: verified against its digest, or
+    read as it is when it carries none (written before miaudit sealed its records)."""
+    record, problem = read_digested_json(path)
+    if problem == "no digest":
+        return record, None
+    if problem is not None:
+        raise RunDirError(f"{path} is damaged ({problem}); restore it (git checkout) or rerun "
+                          "the audit that wrote it")
+    return record, text_digest(record)  # equal to the stored one: it was just verified
 
 
 def read_results(path: Path) -> dict[str, Any]:
@@ -226,8 +274,14 @@ def parse_summary(record: dict[str, Any], path: Path | str) -> Summary:
 
 def load_summary(run_root: Path) -> Summary:
     """results.json of a finished run of this layout, checked against the schema."""
+    return _read_run(run_root)[0]
+
+
+def _read_run(run_root: Path) -> tuple[Summary, str]:
+    """(summary, its digest) of a finished run's results.json (see :func:`load_summary`)."""
     if not Path(run_root).is_dir():
-        raise RunDirError(f"{path_problem(Path(run_root), 'folder')}: give a run directory")
+        raise RunDirError(f"{path_problem(Path(run_root), 'folder')}: give a run directory "
+                          "(or a results.json file)")
     path = Path(run_root) / RESULTS_FILE
     if not path.exists():
         raise RunDirError(f"{path} does not exist: run `miaudit audit` first")
@@ -243,4 +297,4 @@ def load_summary(run_root: Path) -> Summary:
     if not (Path(run_root) / summary.scores_dir).is_dir():
         raise RunDirError(f"{path} names scores folder {summary.scores_dir}, which is "
                           "missing; rerun the audit to rebuild it")
-    return summary
+    return summary, text_digest(record)

@@ -32,9 +32,37 @@ MetricValue = bool | int | float | Interval | str | None
 
 
 class Record(BaseModel):
-    """A record of results.json: every key declared, none added, read-only."""
+    """A record of results.json: every key declared, none added, read-only. It also reads as
+    the mapping it was built from (``summary["attacks"]``, ``record.get("caveats", [])``,
+    ``"privacy" in summary``), as code holding results.json's dicts expects: the keys are the
+    fields the record was given (a field left at its default is absent, as from the file),
+    the values the typed fields."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def keys(self) -> list[str]:
+        """The fields this record was given, in declaration order (results.json's keys)."""
+        return [name for name in type(self).model_fields if name in self.model_fields_set]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.model_fields_set:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.model_fields_set
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field ``key`` when this record was given it, else ``default`` (dict.get)."""
+        return self[key] if key in self else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(name, value) of every field given."""
+        return [(key, getattr(self, key)) for key in self.keys()]
+
+    def values(self) -> list[Any]:
+        """The value of every field given, in field order."""
+        return [getattr(self, key) for key in self.keys()]
 
 
 class TargetModels(Record):
@@ -277,32 +305,6 @@ class Summary(Record):
         if self.layout >= 2 and missing:
             raise ValueError(f"layout {self.layout} needs {', '.join(missing)}")
         return self
-
-    # read as a mapping too (``summary.keys()``, ``summary["attacks"]``), as users holding
-    # results.json's dict expect; the values are the typed fields (attribute access)
-    def keys(self) -> list[str]:
-        """The field names, as results.json's keys."""
-        return list(type(self).model_fields)
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in type(self).model_fields:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in type(self).model_fields
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The field ``key``, or ``default`` when there is no such field."""
-        return self[key] if key in self else default
-
-    def items(self) -> list[tuple[str, Any]]:
-        """(name, value) for every field."""
-        return [(key, getattr(self, key)) for key in self.keys()]
-
-    def values(self) -> list[Any]:
-        """Every field's value, in field order."""
-        return [getattr(self, key) for key in self.keys()]
 
     @property
     def external(self) -> bool:
