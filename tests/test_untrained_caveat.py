@@ -12,7 +12,7 @@ from miaudit.auditor.stages import audit
 from miaudit.config import validate_config
 from miaudit.reporting.html import write_html_report
 from miaudit.reporting.terminal import print_summary
-from miaudit.results.scoring import untrained_caveat
+from miaudit.results.target_models import untrained_caveat
 
 
 @pytest.mark.parametrize(("train", "test", "classes", "flagged"), [

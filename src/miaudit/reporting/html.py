@@ -35,6 +35,7 @@ from miaudit.reporting.planner import planner_section
 from miaudit.reporting.rocs import family_curves
 from miaudit.reporting.run_view import AttackView, Metric, RunView
 from miaudit.results import Summary
+from miaudit.results.target_models import shown_rows
 
 TABLE_LEVELS = ("0.001%", "0.1%", "1%")
 
@@ -174,10 +175,7 @@ def models_section(view: RunView) -> str:
         stats = view.summary.target_models
         rows["perplexity (train / test)"] = (f"{stats.train_perplexity:.2f} / "
                                              f"{stats.test_perplexity:.2f}")
-    if view.seconds_per_model is not None:
-        rows["training time per target"] = f"{view.seconds_per_model:.1f} s"
-    for key, value in view.robust_accuracy.items():
-        rows[key.replace("_", " ")] = f"{pct(value)}%"
+    rows.update(shown_rows(view.summary.target_models))  # each statistic under its title
     models = view.model_accuracies()
     if models:
         for split in ("train", "test"):

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from miaudit.errors import ConfigError
+from miaudit.results.record import Record
+from miaudit.results.target_models import TargetModels
 from miaudit.stats import metrics
 
 EXTERNAL_SOURCE = "external outputs"  # config["source"] of a `miaudit score` run
@@ -29,75 +31,6 @@ Interval = list[float]  # [low, high]; lists as in the JSON, so a record compare
 #: one entry of a metrics mapping (``metrics.summarize``): a rate, a count, an interval,
 #: whether a level is measurable, or what an interval covers
 MetricValue = bool | int | float | Interval | str | None
-
-
-class Record(BaseModel):
-    """A record of results.json: every key declared, none added, read-only. It also reads as
-    the mapping it was built from (``summary["attacks"]``, ``record.get("caveats", [])``,
-    ``"privacy" in summary``), as code holding results.json's dicts expects: the keys are the
-    fields the record was given (a field left at its default is absent, as from the file),
-    the values the typed fields."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def keys(self) -> list[str]:
-        """The fields this record was given, in declaration order (results.json's keys)."""
-        return [name for name in type(self).model_fields if name in self.model_fields_set]
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.model_fields_set:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.model_fields_set
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The field ``key`` when this record was given it, else ``default`` (dict.get)."""
-        return self[key] if key in self else default
-
-    def items(self) -> list[tuple[str, Any]]:
-        """(name, value) of every field given."""
-        return [(key, getattr(self, key)) for key in self.keys()]
-
-    def values(self) -> list[Any]:
-        """The value of every field given, in field order."""
-        return [getattr(self, key) for key in self.keys()]
-
-
-class TargetModels(Record):
-    """Utility of the target models (means over targets; fractions)."""
-
-    train_accuracy: float
-    test_accuracy: float
-    generalization_gap: float
-    train_accuracy_std: float
-    test_accuracy_std: float
-    test_accuracy_ci: Interval | None = None
-    per_target_train: list[float] = []
-    per_target_test: list[float] = []
-    accuracy_query: str | None = None  # the clean query the accuracy was measured on
-    accuracy_note: str | None = None  # outputs made elsewhere without a clean query
-    accuracy_kind: str | None = None  # language models: what the accuracy counts
-    train_loss: float | None = None  # language models: per-token loss and perplexity
-    test_loss: float | None = None
-    train_perplexity: float | None = None
-    test_perplexity: float | None = None
-    train_seconds_mean: float | None = None
-    # robust evaluation (config robust_eval): natural and adversarial accuracy
-    train_natural_acc: float | None = None
-    train_natural_acc_per_target: list[float] | None = None
-    train_robust_acc: float | None = None
-    train_robust_acc_per_target: list[float] | None = None
-    test_natural_acc: float | None = None
-    test_natural_acc_per_target: list[float] | None = None
-    test_robust_acc: float | None = None
-    test_robust_acc_per_target: list[float] | None = None
-
-    def robust_accuracy(self) -> dict[str, float]:
-        """{"train_natural_acc": ..., ...}: the robust evaluation's means, when it ran."""
-        names = ("train_natural_acc", "train_robust_acc", "test_natural_acc", "test_robust_acc")
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 class Machine(Record):

@@ -20,6 +20,12 @@ from miaudit.auditor.runfiles import LAYOUT, RESULTS_FILE
 from miaudit.errors import ConfigError
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results
+from miaudit.results.target_models import (
+    TargetModels,
+    classifier_stats,
+    text_stats,
+    untrained_caveat,
+)
 from miaudit.stats import intervals, metrics
 
 
@@ -123,52 +129,7 @@ def saturation_caveat(scores: np.ndarray) -> str | None:
             "TPR and AUC understate what a tuned attack finds (for RMIA: lower gamma)")
 
 
-def accuracy_stats(logits: np.ndarray, labels: np.ndarray, keep: np.ndarray,
-                   audited: np.ndarray, targets: list[int], column: int) -> dict[str, Any]:
-    """Train (members) and test (audited non-members) accuracy of the targets, with an exact
-    95% interval for the mean test accuracy."""
-    in_audit = np.zeros(len(labels), dtype=bool)
-    in_audit[audited] = True
-    train_acc, test_acc, tested, correct_total = [], [], 0, 0
-    for target in targets:
-        correct = logits[target, :, column].argmax(-1) == labels
-        member = keep[target]
-        train_acc.append(correct[member].mean())
-        test_acc.append(correct[~member & in_audit].mean())
-        tested += int((~member & in_audit).sum())
-        correct_total += int(correct[~member & in_audit].sum())
-    train, test = np.array(train_acc), np.array(test_acc)
-    return {
-        "train_accuracy": float(train.mean()), "test_accuracy": float(test.mean()),
-        "generalization_gap": float((train - test).mean()),
-        "train_accuracy_std": float(train.std()), "test_accuracy_std": float(test.std()),
-        "test_accuracy_ci": metrics.clopper_pearson(correct_total, tested),
-        "per_target_train": [float(v) for v in train],
-        "per_target_test": [float(v) for v in test],
-    }
-
-
-#: accuracy within this many points of chance (1 / classes) counts as "learned nothing"
-CHANCE_MARGIN = 0.05
-
-
-def untrained_caveat(stats: dict[str, Any], num_classes: int) -> str | None:
-    """A warning when the targets' test or train accuracy is within :data:`CHANCE_MARGIN` of
-    chance (1 / ``num_classes``): their leakage numbers then describe an untrained model (a
-    CIFAR-10 audit at 3 epochs: 11.4% train, 11.1% test, printed as if meaningful)."""
-    if num_classes < 2 or "test_accuracy" not in stats:
-        return None
-    chance = 1.0 / num_classes
-    test, train = stats["test_accuracy"], stats["train_accuracy"]
-    if max(test, train) > chance + CHANCE_MARGIN:
-        return None
-    return (f"the target models learned (almost) nothing: train accuracy {100 * train:.1f}%, "
-            f"test {100 * test:.1f}%, chance {100 * chance:.1f}% ({num_classes} classes); the "
-            "leakage numbers describe an untrained model: train longer (train.epochs, train.lr)"
-            " or check the data")
-
-
-def run_caveats(stats: dict[str, Any], logits: np.ndarray, modality: str) -> list[str]:
+def run_caveats(stats: TargetModels, logits: np.ndarray, modality: str) -> list[str]:
     """The run-level caveats of a summary (``caveats`` in results.json)."""
     if modality == "text":
         return []
@@ -176,19 +137,20 @@ def run_caveats(stats: dict[str, Any], logits: np.ndarray, modality: str) -> lis
     return [caveat] if caveat else []
 
 
-def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> dict[str, Any]:
+def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> TargetModels:
     """Accuracy of outputs made elsewhere, from their clean query (named ``identity``, or a
     shift by 0 without flip); without one, from the first query, and the summary says so."""
     from miaudit.queries import clean_column
 
     column = clean_column(list(outputs.query_names))
-    stats = accuracy_stats(outputs.logits, outputs.labels, outputs.keep, audited, targets,
-                           0 if column is None else column)
-    stats["accuracy_query"] = outputs.query_names[0 if column is None else column]
-    if column is None:
-        stats["accuracy_note"] = (f"accuracy on query {outputs.query_names[0]!r}, which may "
-                                  "be an augmentation: no query is named identity")
-    return stats
+    stats = classifier_stats(outputs.logits, outputs.labels, outputs.keep, audited, targets,
+                             0 if column is None else column)
+    query = outputs.query_names[0 if column is None else column]
+    if column is not None:
+        return stats.with_facts(accuracy_query=query)
+    return stats.with_facts(accuracy_query=query, accuracy_note=(
+        f"accuracy on query {query!r}, which may be an augmentation: no query is named "
+        "identity"))
 
 
 def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
@@ -202,15 +164,30 @@ def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
                               "members and non-members (check keep, or --population)")
 
 
-def publish(run: RunDir, summary: dict[str, Any]) -> Results:
-    """Validate the summary record against the results schema, drop the report files of the
-    previous results, write results.json (the record as built, naming its scores
-    generation), then drop older generations."""
-    checked = Summary.model_validate(summary)
+def build_summary(*, name: str, run_dir: str, protocol: str, targets: list[int],
+                  keep: np.ndarray, audited: np.ndarray, population: np.ndarray,
+                  holdout_size: int, queries: list[str], scores_dir: str,
+                  target_models: TargetModels, attacks: dict[str, Any], caveats: list[str],
+                  config: dict[str, Any], **optional: Any) -> Summary:
+    """The one constructor of results.json's record, for audits and for outputs scored
+    elsewhere. ``optional``: the fields a run may lack (``run_identity``, ``privacy``,
+    ``blind_baseline``, ``nsde``, ``snapshots``), given only when it has them: a field
+    not given is absent from results.json."""
+    return Summary(
+        layout=LAYOUT, name=name, run_dir=run_dir, protocol=protocol, targets=targets,
+        num_models=len(keep), pool_size=int(keep.shape[1]), audited_size=int(len(audited)),
+        population_size=int(len(population)), holdout_size=holdout_size, queries=queries,
+        scores_dir=scores_dir, target_models=target_models, attacks=attacks, caveats=caveats,
+        config=config, **{key: value for key, value in optional.items() if value})
+
+
+def publish(run: RunDir, summary: Summary) -> Results:
+    """Drop the report files of the previous results, write results.json (the fields the
+    record was given, naming its scores generation), then drop older generations."""
     run.drop_report_files()
-    write_results(run.root / RESULTS_FILE, summary)
-    run.drop_old_scores(checked.scores_dir)
-    return Results(run_dir=run.root, summary=checked)
+    write_results(run.root / RESULTS_FILE, summary.model_dump(exclude_unset=True))
+    run.drop_old_scores(summary.scores_dir)
+    return Results(run_dir=run.root, summary=summary)
 
 
 def score(outputs: Any, attacks: list[Spec] | None = None, *,
@@ -258,7 +235,7 @@ def score_outputs(outputs: Any, specs: list[Spec], out_dir: Path | None, *,
         summary = _outputs_summary(outputs, specs, name, "", "", targets, audited, population,
                                    attacks, blind)
         members = outputs.keep[targets][:, audited]
-        return Results(run_dir=None, summary=Summary.model_validate(summary), memory_scores=kept,
+        return Results(run_dir=None, summary=summary, memory_scores=kept,
                        memory_members=members)
     from miaudit.reporting.terminal import render_plots
 
@@ -329,21 +306,17 @@ def _score_plan(outputs: Any, specs: list[Spec], population: np.ndarray | None,
 def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
                      scores_dir: str, targets: list[int], audited: np.ndarray,
                      population: np.ndarray, attacks: dict[str, Any],
-                     blind: dict[str, Any]) -> dict[str, Any]:
-    """The results.json summary of scored outputs (the layout of an audit's)."""
-    from miaudit.auditor.text_audit import text_model_stats
-
-    return {
-        "layout": LAYOUT, "name": name, "run_dir": run_dir, "protocol": "rotation",
-        "targets": targets, "num_models": outputs.num_models,
-        "pool_size": outputs.keep.shape[1], "audited_size": int(len(audited)),
-        "population_size": int(len(population)), "holdout_size": 0,
-        "queries": list(outputs.query_names), "scores_dir": scores_dir,
-        "target_models": text_model_stats(outputs.logits, outputs.keep, audited, targets)
-        if outputs.modality == "text" else external_accuracy(outputs, audited, targets),
-        "attacks": attacks, **({"blind_baseline": blind} if blind else {}),
-        "caveats": [] if outputs.modality == "text" else run_caveats(
-            external_accuracy(outputs, audited, targets), outputs.logits, outputs.modality),
-        "config": {"source": EXTERNAL_SOURCE, "attacks": specs,
-                   "models": list(outputs.model_names)},
-    }
+                     blind: dict[str, Any]) -> Summary:
+    """The results.json record of scored outputs (the layout of an audit's)."""
+    if outputs.modality == "text":
+        stats, caveats = text_stats(outputs.logits, outputs.keep, audited, targets), []
+    else:
+        stats = external_accuracy(outputs, audited, targets)
+        caveats = run_caveats(stats, outputs.logits, outputs.modality)
+    return build_summary(
+        name=name, run_dir=run_dir, protocol="rotation", targets=targets, keep=outputs.keep,
+        audited=audited, population=population, holdout_size=0,
+        queries=list(outputs.query_names), scores_dir=scores_dir, target_models=stats,
+        attacks=attacks, caveats=caveats, blind_baseline=blind,
+        config={"source": EXTERNAL_SOURCE, "attacks": specs,
+                "models": list(outputs.model_names)})

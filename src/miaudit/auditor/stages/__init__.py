@@ -36,7 +36,7 @@ from miaudit.auditor.stages.report import report_stage
 from miaudit.auditor.stages.score import load_all_outputs, score_stage
 from miaudit.auditor.stages.train import train_stage
 from miaudit.config import AuditConfig, load_config, validate_config
-from miaudit.results import Results
+from miaudit.results import Results, Timing
 from miaudit.results.scoring import publish
 
 __all__ = ["Audit", "Results", "RunDir", "audit", "load_all_outputs", "load_pool", "plan_audit"]
@@ -65,7 +65,7 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
         evaluated = evaluate_stage(run, planned, trained.privacy)
         score_started = time.perf_counter()
         summary = score_stage(run, planned, trained, evaluated)
-        summary["timing"] = {
+        timing = Timing.model_validate({
             "train_seconds_this_run": round(trained.seconds, 2),
             "query_seconds_this_run": round(query_seconds, 2),
             "attack_seconds": round(time.perf_counter() - score_started, 2),
@@ -73,8 +73,8 @@ def audit(config: AuditConfig | dict[str, Any] | str | Path | None = None, *,
             "device": str(planned.device),
             "machine": None if cfg.executor.name == "ray" else describe(
                 train_device(cfg, planned.device)),
-        }
-        results = publish(run, summary)
+        })
+        results = publish(run, summary.model_copy(update={"timing": timing}))
         report_stage(run, planned, results.summary)
     return results
 

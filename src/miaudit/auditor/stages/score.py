@@ -14,7 +14,6 @@ from miaudit.attacks import AttackInput
 from miaudit.auditor.design import Plan
 from miaudit.auditor.modeljob import ModelJob
 from miaudit.auditor.rundir import RunDir
-from miaudit.auditor.runfiles import LAYOUT
 from miaudit.auditor.specs import parse_component
 from miaudit.auditor.stages.evaluate import Evaluated
 from miaudit.auditor.stages.plan import Audit, snapshot_job
@@ -25,8 +24,9 @@ from miaudit.errors import ConfigError
 from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.queries.features import input_features
 from miaudit.queries.labels import protect_decision_columns
-from miaudit.results import Privacy
-from miaudit.results.scoring import accuracy_stats, run_caveats, score_attacks
+from miaudit.results import Privacy, Summary
+from miaudit.results.scoring import build_summary, run_caveats, score_attacks
+from miaudit.results.target_models import TargetModels, classifier_stats, text_stats
 
 
 def load_all_outputs(run: RunDir, planned: Audit,
@@ -108,14 +108,11 @@ def attack_input(run: RunDir, planned: Audit, jobs: list[ModelJob] | None = None
 
 
 def score_stage(run: RunDir, planned: Audit, trained: Trained,
-                evaluated: Evaluated) -> dict[str, Any]:
+                evaluated: Evaluated) -> Summary:
     """Score every attack on every target over the audited samples; write the scores as one
     generation; return the summary (not yet published)."""
-    from miaudit.auditor.text_audit import text_model_stats
-
     cfg, plan = planned.cfg, planned.plan
     data = attack_input(run, planned)
-    labels, logits = data.labels, data.logits
     targets = list(plan.targets)
     privacy = trained.privacy
     claim = Privacy.model_validate(privacy) if privacy else None  # empirical bounds need it
@@ -129,29 +126,17 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         write_memorization(run, data, plan, cfg.memorization_attack, scores_dir,
                            cfg.memorization_models,
                            cfg.components.attacks[cfg.memorization_attack])
-    if planned.pool.is_text:
-        stats = text_model_stats(logits, plan.keep, plan.split.audited, targets)
-    else:
-        clean, column, query = clean_outputs(run, planned, logits)
-        stats = accuracy_stats(clean, labels, plan.keep, plan.split.audited, targets, column)
-        stats["accuracy_query"] = query
-    stats["train_seconds_mean"] = trained.train_seconds_mean
-    return {
-        "layout": LAYOUT, "name": cfg.run_name(), "run_dir": str(run.root),
-        "run_identity": planned.run_identity, "protocol": cfg.protocol, "targets": targets,
-        "num_models": len(plan.keep), "pool_size": int(len(labels)),
-        "audited_size": int(len(plan.split.audited)),
-        "population_size": int(len(plan.split.population)),
-        "holdout_size": int(len(plan.split.holdout)), "queries": list(cfg.queries),
-        "scores_dir": scores_dir,
-        "target_models": {**stats, **evaluated.robust},
-        "attacks": attacks, "caveats": run_caveats(stats, logits, data.modality),
-        **({"privacy": privacy} if privacy else {}),
-        **({"blind_baseline": blind} if blind else {}),
-        **({"nsde": evaluated.nsde} if evaluated.nsde else {}),
-        "config": cfg.model_dump(mode="json"),
-        **({"snapshots": snapshot_scores(run, planned, claim)} if cfg.train.snapshots else {}),
-    }
+    stats = target_stats(run, planned, data, planned.jobs).with_facts(
+        train_seconds_mean=trained.train_seconds_mean, **evaluated.robust)
+    return build_summary(
+        name=cfg.run_name(), run_dir=str(run.root), protocol=cfg.protocol, targets=targets,
+        keep=plan.keep, audited=plan.split.audited, population=plan.split.population,
+        holdout_size=int(len(plan.split.holdout)), queries=list(cfg.queries),
+        scores_dir=scores_dir, target_models=stats, attacks=attacks,
+        caveats=run_caveats(stats, data.logits, data.modality),
+        config=cfg.model_dump(mode="json"), run_identity=planned.run_identity,
+        privacy=privacy, blind_baseline=blind, nsde=evaluated.nsde,
+        snapshots=snapshot_scores(run, planned, claim) if cfg.train.snapshots else None)
 
 
 def snapshot_scores(run: RunDir, planned: Audit, claim: Privacy | None) -> dict[str, Any]:
@@ -168,21 +153,22 @@ def snapshot_scores(run: RunDir, planned: Audit, claim: Privacy | None) -> dict[
                                 plan.split.audited, None, claim, built=cfg.components.attacks)
         by_epoch[str(epoch)] = {
             "attacks": {label: {"pooled": attack["pooled"]} for label, attack in attacks.items()},
-            "target_models": epoch_accuracy(run, planned, data, jobs)}
+            "target_models": target_stats(run, planned, data, jobs).model_dump(
+                exclude_unset=True)}
     return by_epoch
 
 
-def epoch_accuracy(run: RunDir, planned: Audit, data: AttackInput,
-                   jobs: list[ModelJob]) -> dict[str, Any]:
-    """The targets' train and test accuracy from ``jobs``' outputs (accuracy_stats)."""
-    from miaudit.auditor.text_audit import text_model_stats
-
+def target_stats(run: RunDir, planned: Audit, data: AttackInput,
+                 jobs: list[ModelJob]) -> TargetModels:
+    """The targets' statistics from ``jobs``' outputs (:mod:`miaudit.results.target_models`):
+    next-token accuracy and perplexity of language models, else class accuracy on the clean
+    query (and which query that was)."""
     plan = planned.plan
     if planned.pool.is_text:
-        return text_model_stats(data.logits, plan.keep, plan.split.audited, list(plan.targets))
-    clean, column, _ = clean_outputs(run, planned, data.logits, jobs)
-    return accuracy_stats(clean, data.labels, plan.keep, plan.split.audited,
-                          list(plan.targets), column)
+        return text_stats(data.logits, plan.keep, plan.split.audited, list(plan.targets))
+    clean, column, query = clean_outputs(run, planned, data.logits, jobs)
+    return classifier_stats(clean, data.labels, plan.keep, plan.split.audited,
+                            list(plan.targets), column).with_facts(accuracy_query=query)
 
 
 def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,
