@@ -24,7 +24,6 @@ from stored_run import load_run
 
 from miaudit import ATTACKS
 from miaudit.attacks import AttackInput
-from miaudit.registry import parse_spec
 from miaudit.stats import intervals, metrics
 
 
@@ -41,8 +40,7 @@ def attack_phase(data: AttackInput, specs: list, targets: list[int]) -> dict[str
     resamples = intervals.Resamples.draw(len(targets), data.keep.shape[1])
     seconds = {}
     for spec in specs:
-        name, options = parse_spec(spec)
-        attack = ATTACKS.build(name, **options)
+        attack = ATTACKS.build_spec(spec)
         started, cpu_started = time.perf_counter(), time.process_time()
         scores = np.stack([attack.evaluate(data, t, np.delete(np.arange(data.num_models), t))
                            .scores for t in targets])

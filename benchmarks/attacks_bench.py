@@ -36,7 +36,6 @@ from record import recorded
 
 from miaudit import ATTACKS
 from miaudit.attacks import AttackInput
-from miaudit.registry import parse_spec
 
 # attack spec -> the cached signals it reads
 ATTACK_SPECS: dict[str, tuple[str, ...]] = {
@@ -231,8 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in needed:
             if name not in data._signals:
                 signal_seconds[name], _ = measure(lambda name=name: data.signal(name))
-        attack_name, options = parse_spec(spec)
-        attack = ATTACKS.build(attack_name, **options)
+        attack, attack_name = ATTACKS.build_spec(spec), spec.split(":")[0]
         view = views["label"] if attack_name in LABEL_ATTACKS else \
             views["qmia"] if attack_name == "qmia" else data
         scores: list[np.ndarray] = []
@@ -256,9 +254,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _auc(scores: np.ndarray, members: np.ndarray) -> float:
-    from miaudit.stats.metrics import summarize
+    from miaudit.stats import metrics
 
-    return summarize(scores, members, fpr_levels=())["auc"]
+    return metrics.summarize(scores, members, fpr_levels=())["auc"]
 
 
 if __name__ == "__main__":

@@ -32,11 +32,11 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    from miaudit import Results
     from miaudit.analysis import run_features, texts_needed
-    from miaudit.results import load_summary
 
     labels = args.attacks.split(",") if args.attacks else None
-    targets = load_summary(args.run_dir).targets[: args.targets]
+    targets = Results.load(args.run_dir).summary.targets[: args.targets]
     record = {"run_dir": str(args.run_dir), "fractions": {}}
     rng = np.random.default_rng(0)
     for fraction in FRACTIONS:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 from record import recorded
 
-from miaudit.analysis.synthetic_world import World, coverage_study, paired_coverage_study
+from miaudit.analysis import World, coverage_study, paired_coverage_study
 from miaudit.stats import intervals, metrics
 
 NAMES = {"tpr@0.1%": "TPR@0.1%", "tpr@1%": "TPR@1%", "auc": "AUC"}

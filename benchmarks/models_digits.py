@@ -17,10 +17,8 @@ import torch
 from record import recorded
 
 from miaudit import DATASETS, RECIPES
-from miaudit.models import build_model
-from miaudit.models.sde import sde_parameters
-from miaudit.training import TrainEnv, TrainParams
-from miaudit.training.engine import accuracy
+from miaudit.models import build_model, switch_noise_off
+from miaudit.training import TrainEnv, TrainParams, accuracy
 
 MODELS = ["resnet14", "odenet", "odenet64", "anode", "sonode", "hbnode", "sdenet"]
 
@@ -58,10 +56,7 @@ def main() -> None:
         torch.manual_seed(1)
         line = (f"{name:16s} train loss {log['loss'][-1]:.3f}  test acc "
                 f"{accuracy(model, data.x_test, data.y_test, device):.3f}")
-        if sde_parameters(model) is not None:  # noise off for an accuracy-only comparison
-            for block in model.modules():
-                if hasattr(block, "deterministic_eval"):
-                    block.deterministic_eval = True
+        if switch_noise_off(model):  # noise off for an accuracy-only comparison
             line += f" (noise off: {accuracy(model, data.x_test, data.y_test, device):.3f})"
         print(f"{line}  {seconds:.1f} s", flush=True)
 

@@ -23,10 +23,8 @@ import torch
 from record import recorded
 
 from miaudit import DATASETS
-from miaudit.models import build_model
-from miaudit.models.sde import SDEBlock
-from miaudit.training import Recipe, TrainEnv, TrainParams
-from miaudit.training.engine import accuracy
+from miaudit.models import build_model, switch_noise_off
+from miaudit.training import Recipe, TrainEnv, TrainParams, accuracy
 
 
 def main() -> None:
@@ -58,10 +56,7 @@ def main() -> None:
     cpu = torch.device("cpu")
     print(f"{args.model} {options}: train {accuracy(model, x, y, cpu):.4f} "
           f"test {accuracy(model, x_test, y_test, cpu):.4f} ({seconds:.0f} s)")
-    blocks = [m for m in model.modules() if isinstance(m, SDEBlock)]
-    if blocks:
-        for block in blocks:
-            block.deterministic_eval = True
+    if switch_noise_off(model):
         print(f"  noise off: test {accuracy(model, x_test, y_test, cpu):.4f}")
 
 

@@ -20,15 +20,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args()
+    from miaudit import Results
     from miaudit.attacks.suite import run_attack
     from miaudit.auditor.components import attack_label, build_attack
     from miaudit.auditor.rundir import RunDir
     from miaudit.auditor.stages.plan import plan_audit
     from miaudit.auditor.stages.score import attack_input
-    from miaudit.results import load_summary
     from miaudit.stats import metrics
 
-    summary = load_summary(args.run_dir)
+    summary = Results.load(args.run_dir).summary
     from miaudit.config import validate_config
 
     planned = plan_audit(validate_config(summary.config))

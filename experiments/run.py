@@ -29,17 +29,14 @@ from rich.console import Console
 
 import miaudit
 from miaudit import Summary
-from miaudit._runtime.io import DIGEST_KEY
 from miaudit._runtime.machine import slow_bf16
 from miaudit.auditor.parents import parent_configs
 from miaudit.auditor.stages.plan import resolve_device
-from miaudit.cli import parse_set_items
 from miaudit.errors import ConfigError, MiauditError, RunDirError
 from miaudit.reporting.compare import Comparison, comparison, write_compare_html
 from miaudit.reporting.compare import markdown as comparison_markdown
 from miaudit.reporting.run_view import RunView
 from miaudit.reporting.terminal import model_line, privacy_line
-from miaudit.results import holds_result, read_results
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -58,7 +55,7 @@ MOVED = {
 
 
 def run_experiment(name: str, data_dir: Path | None, device: str,
-                   threads: int | None = None, sets: dict[str, Any] | None = None,
+                   threads: int | None = None, sets: list[str] = (),
                    only: list[str] | None = None, collect: bool = False,
                    allow_slow_bf16: bool = False) -> Path:
     """Run the experiment's configs (``only``: those stems; the others' rows come from their
@@ -68,12 +65,12 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
     folder = HERE / name
     outputs = folder / "outputs"
     overrides = {"output_dir": str(HERE.parent / "runs" / "experiments"), "device": device,
-                 **({"threads": threads} if threads else {}), **(sets or {})}
+                 **({"threads": threads} if threads else {})}
     if data_dir is not None:
         overrides["data.data_dir"] = str(data_dir)
     configs = sorted(folder.glob("*.yaml"))
-    to_run = {} if collect else {path: miaudit.load_config(path, overrides) for path in configs
-                                 if not only or path.stem in only}
+    to_run = {} if collect else {path: miaudit.load_config(path, overrides, sets=sets)
+                                 for path in configs if not only or path.stem in only}
     for cfg in to_run.values():  # all refused before the first one trains
         check_bf16_kernels(cfg, allow_slow_bf16)
     outputs.mkdir(exist_ok=True)
@@ -85,7 +82,7 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
             continue
         results = miaudit.audit(to_run[config_file], console=Console(stderr=True))
         stem = config_file.stem
-        if reproduces_committed(outputs, stem, results.run_dir):
+        if reproduces_committed(outputs, stem, results):
             # a resumed run that remade the committed result: keep the record of the run that
             # made it (its timing says what training and querying cost, not this resume's)
             rows.append(committed_row(outputs, stem))
@@ -116,11 +113,11 @@ def views(rows: list[tuple[str, Path, Summary]]) -> list[RunView]:
             for _, source, summary in rows]
 
 
-def reproduces_committed(outputs: Path, stem: str, run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds the same result as the committed ``stem.results.json`` (all
+def reproduces_committed(outputs: Path, stem: str, results: miaudit.Results) -> bool:
+    """Whether ``results`` hold the same result as the committed ``stem.results.json`` (all
     but when, where and how fast it was made)."""
     path = outputs / f"{stem}.results.json"
-    return path.exists() and holds_result(run_dir, json.loads(path.read_text()))
+    return path.exists() and results.reproduces(miaudit.Results.load(path))
 
 
 def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
@@ -130,16 +127,23 @@ def committed_row(outputs: Path, stem: str) -> tuple[str, Path, Summary] | None:
     path = outputs / f"{stem}.results.json"
     if not path.exists():
         return None
-    if DIGEST_KEY not in json.loads(path.read_text()):
+    committed = miaudit.Results.load(path)  # schema and digest checked
+    if committed.digest is None:
         # Written by an older miaudit whose intervals the summary's caption no longer
         # describes: rewriting its summary would mislabel them.
         raise RunDirError(f"{path} predates sealed records (no digest), so its summary stays "
                           "as committed; rerun the whole experiment (no --only, no --collect) "
                           "to remake both")
-    record = read_results(path)
-    summary = Summary.model_validate(record)
-    run_dir = Path(summary.run_dir)
-    return stem, (run_dir if holds_result(run_dir, record) else path), summary
+    run_dir = Path(committed.summary.run_dir)
+    return stem, (run_dir if holds(run_dir, committed) else path), committed.summary
+
+
+def holds(run_dir: Path, committed: miaudit.Results) -> bool:
+    """Whether ``run_dir`` still holds the ``committed`` result (not rescored since)."""
+    try:
+        return miaudit.Results.load(run_dir).reproduces(committed)
+    except RunDirError:  # gone, damaged or of an older layout
+        return False
 
 
 def markdown(table: Comparison, rows: list[tuple[str, Path, Summary]]) -> str:
@@ -203,7 +207,7 @@ def main() -> None:
         name = resolve(given, available)
         try:
             outputs = run_experiment(name, args.data_dir, args.device, args.threads,
-                                     parse_sets(args.sets), args.only, args.collect,
+                                     args.sets, args.only, args.collect,
                                      args.slow_bf16)
         except MiauditError as error:  # bad input or a damaged record: one line, exit 2
             print(f"{name}: {error}", file=sys.stderr)
@@ -252,12 +256,6 @@ def resolve(given: str, available: list[str]) -> str:
     raise SystemExit(f"unknown experiment {given!r}; available: {', '.join(available)}")
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs, read as ``miaudit audit --set`` reads them."""
-    try:
-        return parse_set_items(items)
-    except MiauditError as error:
-        raise SystemExit(str(error)) from None
 
 if __name__ == "__main__":
     main()

@@ -104,3 +104,12 @@ def test_pretrained_weights_that_do_not_fit_fail_clearly(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__]))
+
+
+def test_a_registry_builds_the_entry_a_spec_names_as_a_config_reads_it():
+    from miaudit import ATTACKS
+
+    for spec in ("lira:offline=true,fixed_variance=true",
+                 {"name": "lira", "offline": True, "fixed_variance": True}):
+        attack = ATTACKS.build_spec(spec)
+        assert type(attack).__name__ == "LiRA" and attack.offline and attack.fixed_variance

@@ -640,3 +640,16 @@ def test_opacus_per_sample_gradients_of_noisy_sdenet():
                                k * torch.randn_like(like))
     other = torch.autograd.grad(F.cross_entropy(model(x[:1]), y[:1]), params)
     assert not torch.allclose(other[0], singles[0][0], rtol=1e-3, atol=1e-5)
+
+
+def test_switch_noise_off_makes_an_sdenet_deterministic_in_eval_and_leaves_others_alone():
+    from miaudit.models import switch_noise_off
+
+    x = torch.rand(4, 1, 8, 8)
+    model = tiny("sdenet").eval()
+    torch.manual_seed(0)
+    noisy = [model(x) for _ in range(2)]
+    assert not torch.equal(*noisy)  # the released outputs carry the noise
+    assert switch_noise_off(model) >= 1
+    assert torch.equal(model(x), model(x))
+    assert switch_noise_off(tiny("odenet")) == 0

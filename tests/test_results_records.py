@@ -5,7 +5,6 @@ formed cycles do not."""
 import ast
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -13,7 +12,15 @@ from pydantic import ValidationError
 from conftest import load_script, tiny_audit
 from miaudit._runtime.io import DIGEST_KEY, read_digested_json, text_digest
 from miaudit.config import validate_config
-from miaudit.results import LAYOUT, AttackRecord, Summary, holds_result, read_results, write_results
+from miaudit.results import (
+    LAYOUT,
+    AttackRecord,
+    Results,
+    Summary,
+    holds_result,
+    read_results,
+    write_results,
+)
 from miaudit.stats import metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +105,8 @@ def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path,
     monkeypatch.setattr(run, "markdown", lambda table, rows: "")
     fp32 = validate_config(tiny_audit(tmp_path))  # run.py checks its precision first
     monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: fp32)
-    monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: SimpleNamespace(
-        run_dir=run_dir, summary=Summary.model_validate(committed)))
+    monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: Results(  # what it wrote
+        run_dir=run_dir, summary=Summary.model_validate(_record(run_dir / "results.json"))))
 
     resumed = {**committed, "timing": {**committed["timing"], "train_seconds_this_run": 0.01}}
     write_results(run_dir / "results.json", resumed)

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from pm_cnn import PeerCNN
+from safetensors.torch import load_file
 
 from miaudit import DATASETS
-from miaudit._runtime.io import read_tensors
 
 
 @torch.no_grad()
@@ -55,7 +55,7 @@ def miaudit_arrays(work: Path, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray,
     run = sorted((work / "runs").glob("miaudit-*"))[-1]
     root = next(run.rglob("keep.npy")).parent
     keep = np.load(root / "keep.npy")
-    states = [read_tensors(root / "models" / f"{i:04d}" / "weights.safetensors")
+    states = [load_file(root / "models" / f"{i:04d}" / "weights.safetensors")
               for i in range(len(keep))]
     return keep, logits_of(states, x), np.load(root / "split.npz")["population"]
 

@@ -32,11 +32,13 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int) -> Path:
     """A GPT-2 with CONTEXT positions trained on 192-byte chunks of other fortune files."""
     import torch
 
+    from miaudit import DATASETS, MODELS, RECIPES
     from miaudit.data import make_pool
-    from miaudit.data.text import load_text
-    from miaudit.models.causal_lm import causal_lm
-    from miaudit.recipes.language_model import LanguageModel
     from miaudit.training import TrainEnv, TrainParams
+
+    # the registered components, as an audit config names them
+    load_text, causal_lm = DATASETS.get("text"), MODELS.get("causal_lm")
+    language_model = RECIPES.get("lm")
 
     folder = out / "base-gpt2-256"
     if (folder / "config.json").is_file():
@@ -54,7 +56,7 @@ def pretrain_base(out: Path, fortunes: Path, epochs: int) -> Path:
     params = TrainParams(epochs=epochs, batch_size=16, optimizer="adam", lr=0.003,
                          weight_decay=0.0, schedule="constant")
     started = time.process_time()
-    model, log = LanguageModel().train(model, pool.x, pool.y, params, TrainEnv(seed=0))
+    model, log = language_model().train(model, pool.x, pool.y, params, TrainEnv(seed=0))
     model.lm.save_pretrained(folder)
     print(f"pre-trained the base on {len(pool.x)} chunks of public fortunes in "
           f"{time.process_time() - started:.0f} CPU-s (final loss {log['loss'][-1]:.3f} "

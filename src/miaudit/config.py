@@ -264,9 +264,12 @@ class AuditConfig(Section):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
 
-def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> AuditConfig:
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None, *,
+                sets: list[str] = ()) -> AuditConfig:
     """Read a YAML config (the defaults when ``path`` is None), apply dotted overrides
-    (``{"train.epochs": 5}``) and validate."""
+    (``{"train.epochs": 5}``), then ``sets`` (``"train.epochs=5"`` strings, each value read as
+    YAML, as ``miaudit audit --set`` reads them) and validate."""
+    overrides = {**(overrides or {}), **parse_set_items(list(sets))}
     raw: Any = {}
     if path is not None:
         source = Path(path)
@@ -284,9 +287,25 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
         if not isinstance(raw, dict):
             raise ConfigError(f"config file {source} must hold a mapping, got "
                               f"{type(raw).__name__}")
-    for dotted, value in (overrides or {}).items():
+    for dotted, value in overrides.items():
         set_dotted(raw, dotted, value)
     return validate_config(raw)
+
+
+def parse_set_items(items: list[str]) -> dict[str, Any]:
+    """``--set key.path=value`` items as overrides, each value read as YAML."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects key.path=value, got {item!r}")
+        try:
+            overrides[key.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({error})") from None
+        check_size(overrides[key.strip()], f"--set {key.strip()}")  # YAML alias bombs
+    return overrides
+
 
 
 def validate_config(raw: dict[str, Any]) -> AuditConfig:

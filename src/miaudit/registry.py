@@ -151,6 +151,12 @@ class Registry(Generic[T]):
         errors: :meth:`check_options` tells those apart before anything runs)."""
         return self.get(name)(**options)
 
+    def build_spec(self, spec: str | dict[str, Any]) -> Any:
+        """Build the entry a config spec names: ``"lira"``, ``"lira:offline=true"`` or
+        ``{"name": "lira", "offline": True}``, its options read as a config reads them."""
+        name, options = parse_spec(spec)
+        return self.build(name, **options)
+
     def create(self, name: str, options: dict[str, Any], *, where: str,
                errors: tuple[type[Exception], ...] = (ValueError,)) -> Any:
         """Build a component from the user's options: the one place that turns a constructor's

@@ -1,6 +1,7 @@
 """Post-hoc analyses of an audit's models and scores: memorization, per-record risk, dataset
 usage (DUCI), LLM dataset inference, paired comparisons of two audits (and the scores kept for
-them beside a results.json), the privacy gate's bounds and the claims' decision rules.
+them beside a results.json), the synthetic world with known truth that checks the intervals,
+the privacy gate's bounds and the claims' decision rules.
 
 The public names below load their module when first asked for, so that importing this package
 costs nothing."""
@@ -24,6 +25,7 @@ _HOMES = {
                     "dataset_inference"),
     **dict.fromkeys(("holm", "tost_p", "interval_p", "side_se", "beyond_margin_p",
                      "fixed_effects", "scale_for_power", "by_a_hair"), "decision_rules"),
+    **dict.fromkeys(("World", "coverage_study", "paired_coverage_study"), "synthetic_world"),
     **dict.fromkeys(("KeptScores", "keep_scores", "read_kept_scores"), "kept_scores"),
     **dict.fromkeys(("paired_run_difference", "paired_difference", "NotPaired"),
                     "paired_runs"),

@@ -1,6 +1,6 @@
-"""What the audit stages do differently for language models (data set ``text``): the checks
-before training, the attack input, and the targets' utility (next-token accuracy and
-perplexity in place of class accuracy). The stages call these with a line each.
+"""The checks a language model's audit (data set ``text``) needs before training, and the
+text attacks scored by default. What else differs for text outputs (their storage, the attack
+input, the targets' statistics) is the text modality's (:mod:`miaudit.auditor.modality`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from miaudit._runtime.machine import check_score_memory, score_memory_bytes
+from miaudit.auditor.modality import TEXT, modality_of
 from miaudit.config import AuditConfig, build_attack
 from miaudit.data import Pool
 from miaudit.errors import ConfigError
@@ -22,20 +23,15 @@ TEXT_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "dc_pdd", "ref_model", "lir
                 "lira:offline=true", "rmia:gamma=1", "attack_r"]
 
 
-def modality(pool: Pool) -> str:
-    return "text" if pool.is_text else "classes"
-
-
 def check_modality(cfg: AuditConfig, pool: Pool) -> None:
     """Attacks, queries, recipes and stages that fit the pool's kind of outputs (one clear
     line each, before training)."""
-    kind = modality(pool)
+    modality = modality_of(pool)
     for label, attack in cfg.components.attacks.items():
-        if kind not in attack.modalities:
-            which = "text (causal LM) outputs" if kind == "text" else "class logits"
-            raise ConfigError(f"attacks: {label!r} does not apply to {which}; "
-                              f"{fitting_attacks(kind)}")
-    if kind == "text":
+        if modality.name not in attack.modalities:
+            raise ConfigError(f"attacks: {label!r} does not apply to {modality.outputs}; "
+                              f"{fitting_attacks(modality.name)}")
+    if modality is TEXT:
         check_text_settings(cfg, pool)
 
 
@@ -104,13 +100,3 @@ def default_text_attacks(outputs: Any, has_population: bool) -> list[str]:
             and (a != "min_k_pp" or has_mu)
             and (a != "dc_pdd" or getattr(outputs, "tokens", None) is not None)
             and (has_population or not build_attack(a).needs_population)]
-
-
-def attack_extras(pool: Pool) -> dict[str, Any]:
-    """The AttackInput fields of the pool's kind of outputs."""
-    if not pool.is_text:
-        return {}
-    return {"modality": "text", "texts": list(pool.texts), "tokens": pool.x.numpy(),
-            "vocab_size": int(pool.num_classes)}
-
-

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from miaudit.cli.check import check
-from miaudit.cli.commands import audit, parse_set_items, plan, report, score, show_config
+from miaudit.cli.commands import audit, plan, report, score, show_config
 from miaudit.cli.compare import compare
 from miaudit.cli.dataset_inference import dataset_inference_command
 from miaudit.cli.dp_audit import audit_command
@@ -23,7 +23,7 @@ from miaudit.cli.privacy import app as privacy_app
 from miaudit.cli.usage import OneLineErrors
 from miaudit.cli.usage_inference import usage
 
-__all__ = ["app", "fail", "main", "parse_set_items", "user_errors"]
+__all__ = ["app", "fail", "main", "user_errors"]
 
 app = typer.Typer(help="Membership-inference privacy audits of neural networks.",
                   no_args_is_help=True, pretty_exceptions_enable=False, cls=OneLineErrors)

@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 
 from miaudit.cli.errors import errors, user_errors
-from miaudit.errors import ConfigError, MiauditError
-from miaudit.registry import check_size
+from miaudit.errors import MiauditError
 
 # Piped output (files, CI logs) gets a wide console so attack labels stay on one line.
 console = Console() if sys.stdout.isatty() else Console(width=160)
@@ -29,6 +27,8 @@ _FLAG_FIELDS = {
 
 def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
                queries: str | None) -> dict[str, Any]:
+    from miaudit.config import parse_set_items
+
     overrides = {_FLAG_FIELDS[k]: (str(v) if isinstance(v, Path) else v)
                  for k, v in flags.items() if v is not None}
     if attacks:
@@ -36,21 +36,6 @@ def _overrides(flags: dict[str, Any], sets: list[str], attacks: str | None,
     if queries:
         overrides["queries"] = [q.strip() for q in queries.split(";") if q.strip()]
     overrides.update(parse_set_items(sets))
-    return overrides
-
-
-def parse_set_items(items: list[str]) -> dict[str, Any]:
-    """``--set key.path=value`` items as overrides, each value read as YAML."""
-    overrides: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set expects key.path=value, got {item!r}")
-        try:
-            overrides[key.strip()] = yaml.safe_load(raw)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML ({error})") from None
-        check_size(overrides[key.strip()], f"--set {key.strip()}")  # YAML alias bombs
     return overrides
 
 

@@ -88,6 +88,7 @@ def records_from_config(run_dir: Path, summary: Summary) -> None:
 def exposed_from_config(run_dir: Path, summary: Summary) -> Path:
     """Rebuild the run's pool from its config and write exposed.npz for its strongest attack
     (the audit's report stage writes it directly; this serves runs made before it did)."""
+    from miaudit.auditor.modality import modality_of
     from miaudit.auditor.rundir import RunDir
     from miaudit.auditor.stages.plan import load_pool
     from miaudit.config import validate_config
@@ -101,5 +102,4 @@ def exposed_from_config(run_dir: Path, summary: Summary) -> Path:
     x = pool.x.numpy()[audited] if pool.is_image else None
     return write_exposed_samples(run_dir, view.scores(best), view.members, x,
                                  pool.y.numpy()[audited], pool.class_names, attack=best,
-                                 texts=[pool.texts[i] for i in audited] if pool.is_text
-                                 else None)
+                                 texts=modality_of(pool).texts(pool, audited))

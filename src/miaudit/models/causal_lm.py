@@ -30,10 +30,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from miaudit.models._base import scaled
+from miaudit.queries.signals import TEXT_STATS
 from miaudit.registry import MODELS
 
 PAD = -1  # miaudit.data.text.PAD (not imported: the data module need not load with models)
-STATS = 4  # log p, mu, sigma, correct
+STATS = len(TEXT_STATS)  # log p, mu, sigma, correct: one definition, queries.signals
 PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")  # torch.save / pickle formats
 #: float32 elements of one micro-batch's (rows x positions x vocabulary) logits; bounds the
 #: memory of a query of a large-vocabulary model (GPT-2: 50257 tokens per position)

@@ -250,6 +250,17 @@ def drift_lipschitz_bound(func: ODEFunc) -> float | None:
     return bound
 
 
+def switch_noise_off(model: nn.Module) -> int:
+    """Evaluate ``model``'s stochastic SDE blocks on their drift alone (no noise in eval mode;
+    training is unchanged), e.g. for an accuracy-only comparison with an ODE: the released
+    outputs an audit scores keep the noise. Returns how many blocks were switched (0: not an
+    SDE model)."""
+    blocks = [m for m in model.modules() if isinstance(m, SDEBlock) and m.stochastic]
+    for block in blocks:
+        block.deterministic_eval = True
+    return len(blocks)
+
+
 def sde_parameters(model: nn.Module) -> dict[str, Any] | None:
     """k, T, steps, dt, convention, sigma (study's), diffusion, sigma_theorem, per-step std,
     stepper, number of

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from miaudit._runtime.io import write_bytes
+from miaudit.auditor.modality import TEXT
 from miaudit.auditor.runfiles import REPORT_FILE
 from miaudit.reporting import figures
 from miaudit.reporting.html_parts import (
@@ -55,10 +56,10 @@ def headline(view: RunView) -> str:
         ("TPR at 1% FPR", _kpi_value(one), band(one)),
         ("AUC", f"{best.auc:.3f}", "" if auc.ci_simultaneous is None else
          f"[{auc.ci_simultaneous[0]:.3f}, {auc.ci_simultaneous[1]:.3f}]"),
-        ("next-token accuracy (test)" if view.is_text else "test accuracy (gap)",
+        ("next-token accuracy (test)" if view.modality is TEXT else "test accuracy (gap)",
          pct(acc.test, 1) + "%", f"gap {pct(acc.gap, 1)} points"),
     ]
-    if view.is_text:
+    if view.modality is TEXT:
         stats = view.summary.target_models
         kpis.append(("perplexity (test)", f"{stats.test_perplexity:.2f}",
                      f"train {stats.train_perplexity:.2f}"))
@@ -165,13 +166,13 @@ def blind_section(summary: Any) -> str:
 
 def models_section(view: RunView) -> str:
     acc = view.accuracy
-    kind = "next-token accuracy" if view.is_text else "accuracy"
+    kind = view.modality.accuracy_kind
     rows = {
         f"train {kind} (targets)": _mean_std(acc.train, acc.train_std),
         f"test {kind} (targets)": _mean_std(acc.test, acc.test_std),
         "generalization gap": f"{pct(acc.gap)} points",
     }
-    if view.is_text:
+    if view.modality is TEXT:
         stats = view.summary.target_models
         rows["perplexity (train / test)"] = (f"{stats.train_perplexity:.2f} / "
                                              f"{stats.test_perplexity:.2f}")
@@ -323,7 +324,7 @@ def render_html(view: RunView) -> str:
         section("Target models: accuracy and generalization gap", models_section(view),
                 "models"),
     ]
-    if not view.is_text:  # a language model's texts have no classes
+    if view.modality.has_classes:  # a language model's texts have no classes
         parts.append(section("Per-class leakage", per_class_section(view, best), "classes"))
     from miaudit.reporting.leakage_over_training import leakage_section
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from miaudit._runtime.io import path_problem, read_json, verify_file
+from miaudit.auditor.modality import CLASSES, TEXT, Modality
 from miaudit.auditor.rundir import REBUILD
 from miaudit.auditor.runfiles import EXPOSED_FILE, RESULTS_FILE
 from miaudit.errors import RunDirError
@@ -235,9 +236,10 @@ class RunView:
         return None
 
     @property
-    def is_text(self) -> bool:
-        """A language model's audit (its utility is next-token accuracy and perplexity)."""
-        return self.summary.target_models.test_perplexity is not None
+    def modality(self) -> Modality:
+        """The kind of outputs audited (:mod:`miaudit.auditor.modality`): a language model's
+        audit states next-token accuracy and perplexity."""
+        return TEXT if self.summary.target_models.test_perplexity is not None else CLASSES
 
     def best_attack(self) -> AttackView:
         """The strongest attack (:meth:`Summary.strongest` at :attr:`headline_level`, the

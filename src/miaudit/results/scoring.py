@@ -15,17 +15,13 @@ from miaudit.attacks import AttackInput
 from miaudit.attacks.suite import rotation_references, run_attack
 from miaudit.auditor.components import Spec, attack_label, build_attack
 from miaudit.auditor.identity import array_digest
+from miaudit.auditor.modality import MODALITIES
 from miaudit.auditor.rundir import RunDir, check_scores_names, scores_name
 from miaudit.auditor.runfiles import LAYOUT, RESULTS_FILE
 from miaudit.errors import ConfigError
 from miaudit.privacy.bounds import empirical_epsilon
 from miaudit.results import EXTERNAL_SOURCE, Privacy, Results, Summary, write_results
-from miaudit.results.target_models import (
-    TargetModels,
-    classifier_stats,
-    text_stats,
-    untrained_caveat,
-)
+from miaudit.results.target_models import TargetModels
 from miaudit.stats import intervals, metrics
 
 
@@ -68,7 +64,7 @@ def score_attacks(data: AttackInput, specs: list[Spec], targets: list[int],
     # the report names the strongest attack by these metrics, each with a band over all attacks
     intervals.add_simultaneous_bands(attacks, replicates, metrics.HEADLINE_KEYS)
     intervals.add_paired_differences(attacks, replicates, metrics.HEADLINE_KEYS)
-    if blind is not None and data.modality == "text" and data.texts is not None:
+    if blind is not None and data.texts is not None:  # text outputs with their texts
         from miaudit.analysis.blind_baseline import advantages, blind_baseline
 
         texts = [data.texts[i] for i in audited]
@@ -127,30 +123,6 @@ def saturation_caveat(scores: np.ndarray) -> str | None:
     return (f"saturated: {share:.0%} of the scores share one value ({values[counts.argmax()]:.4g};"
             f" {len(values)} distinct values in all), so the attack ranks few samples and its "
             "TPR and AUC understate what a tuned attack finds (for RMIA: lower gamma)")
-
-
-def run_caveats(stats: TargetModels, logits: np.ndarray, modality: str) -> list[str]:
-    """The run-level caveats of a summary (``caveats`` in results.json)."""
-    if modality == "text":
-        return []
-    caveat = untrained_caveat(stats, int(logits.shape[-1]))
-    return [caveat] if caveat else []
-
-
-def external_accuracy(outputs: Any, audited: np.ndarray, targets: list[int]) -> TargetModels:
-    """Accuracy of outputs made elsewhere, from their clean query (named ``identity``, or a
-    shift by 0 without flip); without one, from the first query, and the summary says so."""
-    from miaudit.queries import clean_column
-
-    column = clean_column(list(outputs.query_names))
-    stats = classifier_stats(outputs.logits, outputs.labels, outputs.keep, audited, targets,
-                             0 if column is None else column)
-    query = outputs.query_names[0 if column is None else column]
-    if column is not None:
-        return stats.with_facts(accuracy_query=query)
-    return stats.with_facts(accuracy_query=query, accuracy_note=(
-        f"accuracy on query {query!r}, which may be an augmentation: no query is named "
-        "identity"))
 
 
 def check_targets_have_both(members: np.ndarray, targets: list[int]) -> None:
@@ -308,11 +280,9 @@ def _outputs_summary(outputs: Any, specs: list[Spec], name: str, run_dir: str,
                      population: np.ndarray, attacks: dict[str, Any],
                      blind: dict[str, Any]) -> Summary:
     """The results.json record of scored outputs (the layout of an audit's)."""
-    if outputs.modality == "text":
-        stats, caveats = text_stats(outputs.logits, outputs.keep, audited, targets), []
-    else:
-        stats = external_accuracy(outputs, audited, targets)
-        caveats = run_caveats(stats, outputs.logits, outputs.modality)
+    modality = MODALITIES[outputs.modality]
+    stats = modality.external_stats(outputs, audited, targets)
+    caveats = modality.caveats(stats, outputs.logits)
     return build_summary(
         name=name, run_dir=run_dir, protocol="rotation", targets=targets, keep=outputs.keep,
         audited=audited, population=population, holdout_size=0,

@@ -5,7 +5,7 @@ torch-free modules of this package (:mod:`.params`) import without torch."""
 
 from typing import Any
 
-__all__ = ["FitState", "Recipe", "TrainEnv", "TrainParams", "fit", "predict_logits"]
+__all__ = ["FitState", "Recipe", "TrainEnv", "TrainParams", "accuracy", "fit", "predict_logits"]
 
 
 def __getattr__(name: str) -> Any:

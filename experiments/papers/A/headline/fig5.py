@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from miaudit.privacy.bounds import plot_roc_bounds, roc_bound
-from miaudit.reporting.terminal import pooled_rocs
+from miaudit import Results
+from miaudit.privacy import bounds
+from miaudit.stats import metrics
 
 HERE = Path(__file__).parent
 CURVES = {"SDENet sigma=2": "5_sdenet_sigma2", "SDENet k=0.5 (sigma=1)": "3_sdenet_k0.5",
@@ -30,17 +31,20 @@ ATTACK = "lira"
 def main() -> None:
     curves, table = {}, {}
     for name, stem in CURVES.items():
-        summary = json.loads((HERE / "outputs" / f"{stem}.results.json").read_text())
-        run_root = Path(summary["run_dir"])
+        committed = Results.load(HERE / "outputs" / f"{stem}.results.json")
+        run_root = Path(committed.summary.run_dir)
         if not run_root.is_dir():
             raise SystemExit(f"{run_root} is missing: run `python experiments/run.py "
                              "papers/A/headline --data-dir DATA` first")
-        curves[name] = pooled_rocs(run_root, summary)[ATTACK]
-        pooled = summary["attacks"][ATTACK]["pooled"]
-        table[name] = {level: {"tpr": pooled[f"tpr@{level}"], "ci": pooled[f"tpr@{level}_ci"],
-                               "bound": float(roc_bound(float(level[:-1]) / 100, EPSILON, DELTA))}
+        scores, members = Results.load(run_root).scores(ATTACK)  # pooled over the targets
+        curves[name] = metrics.roc_curve(scores.ravel(), members.ravel())[:2]
+        record = committed.attacks[ATTACK]
+        table[name] = {level: {"tpr": record.pooled[f"tpr@{level}"],
+                               "ci": record.interval(f"tpr@{level}"),
+                               "bound": float(bounds.roc_bound(float(level[:-1]) / 100,
+                                                               EPSILON, DELTA))}
                        for level in ("0.1%", "1%")}
-    plot_roc_bounds(curves, [EPSILON], DELTA, HERE / "outputs" / "fig5_roc_dp_bound.png",
+    bounds.plot_roc_bounds(curves, [EPSILON], DELTA, HERE / "outputs" / "fig5_roc_dp_bound.png",
                     title=f"paper A Fig. 5 at CPU scale: LiRA under ({EPSILON:g}, {DELTA:g})-DP")
     (HERE / "outputs" / "fig5.json").write_text(json.dumps(
         {"epsilon": EPSILON, "delta": DELTA, "attack": ATTACK, "levels": table}, indent=1))

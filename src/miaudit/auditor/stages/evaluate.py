@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -15,6 +14,7 @@ from miaudit.auditor.modeljob import build_architecture, load_trained
 from miaudit.auditor.rundir import RunDir
 from miaudit.auditor.stages.plan import Audit
 from miaudit.config import RobustEvalConfig
+from miaudit.results import NsdeGuarantee, Privacy
 
 
 @dataclass(frozen=True)
@@ -22,10 +22,10 @@ class Evaluated:
     """What the evaluate stage hands on to scoring."""
 
     robust: dict[str, float | list[float]]  # mean natural/robust accuracy over targets, or {}
-    nsde: dict[str, Any]  # the targets' NSDE guarantee, or {} (not an SDE with noise)
+    nsde: NsdeGuarantee | None  # the targets' NSDE guarantee (None: not an SDE with noise)
 
 
-def evaluate_stage(run: RunDir, planned: Audit, privacy: dict[str, Any]) -> Evaluated:
+def evaluate_stage(run: RunDir, planned: Audit, privacy: Privacy | None) -> Evaluated:
     """Robust accuracy of the targets (when configured) and their NSDE guarantee (given the
     DP guarantee ``privacy`` they were trained under, if any)."""
     evaluate_robust(run, planned)
@@ -90,7 +90,7 @@ def robust_summary(run: RunDir, planned: Audit,
 NSDE_DELTA = 1e-5  # the delta of paper A's NSDE statements (Sec. 5.1-5.2)
 
 
-def nsde_summary(planned: Audit, privacy: dict[str, Any]) -> dict[str, Any]:
+def nsde_summary(planned: Audit, privacy: Privacy | None) -> NsdeGuarantee | None:
     """For SDE targets: paper A's Theorem 4.1 guarantee of the target architecture (its sigma,
     T and blocks; L from the spectral-norm bound, else an assumed L = 1, recorded as such)
     beside the accountant's epsilon when the targets were also trained with DP-SGD."""
@@ -101,13 +101,13 @@ def nsde_summary(planned: Audit, privacy: dict[str, Any]) -> dict[str, Any]:
     try:
         params = nsde.model_sde_parameters(model)
     except ValueError:
-        return {}  # not an SDE model
+        return None  # not an SDE model
     if params["sigma_theorem"] <= 0:
-        return {}  # an SDE model without noise (k = 0) claims nothing
+        return None  # an SDE model without noise (k = 0) claims nothing
     assumed = params.get("lipschitz_bound") is None
-    delta = privacy.get("delta", NSDE_DELTA)
+    delta = NSDE_DELTA if privacy is None else privacy.delta
     guarantee = nsde.model_guarantee(model, delta, lipschitz=1.0 if assumed else None)
     if assumed:
         guarantee["lipschitz_source"] = "assumed L = 1 (the drift is not spectrally normed)"
-    guarantee["accountant_epsilon"] = privacy.get("epsilon")
-    return guarantee
+    guarantee["accountant_epsilon"] = None if privacy is None else privacy.epsilon
+    return NsdeGuarantee.model_validate(guarantee)

@@ -25,6 +25,7 @@ from miaudit._runtime.machine import (
 )
 from miaudit.auditor import identity as ids
 from miaudit.auditor.design import Plan, make_plan, make_split, model_seed
+from miaudit.auditor.modality import modality_of
 from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.modeljob import ModelJob, build_architecture
 from miaudit.auditor.parents import parent_configs
@@ -35,7 +36,6 @@ from miaudit.config import (
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
-from miaudit.queries.signals import TEXT_STATS
 from miaudit.registry import DATASETS
 
 
@@ -177,8 +177,6 @@ def check_model_size(model_cfg: ModelConfig, train_cfg: TrainConfig, pool: Pool)
     return count
 
 
-STATS = len(TEXT_STATS)  # output values per token of a language model (causal_lm)
-
 #: the bounds on an audit's work (limits.work_limit: MIAUDIT_MAX_<NAME> overrides)
 WORK_LIMITS = {"passes_per_sample": 1e6, "forward_passes": 1e11, "training_steps": 1e8,
                "files": 1e5}
@@ -228,7 +226,7 @@ def check_disk(cfg: AuditConfig, pool: Pool, models: int, parameters: int) -> No
     """The bytes the models and their outputs take (float32) against the free disk space
     where the run directory goes."""
     n, copies = len(pool), 2 if cfg.share_models else 1
-    width = STATS * (pool.x.shape[1] - 1) if pool.is_text else pool.num_classes
+    width = modality_of(pool).output_width(pool)
     written = copies * models * (4 * parameters + 4 * n * width * len(cfg.queries))
     free = shutil.disk_usage(_existing(cfg.output_dir)).free
     if written > free:
@@ -329,7 +327,7 @@ def check_pool(cfg: AuditConfig, pool: Pool) -> None:
     from miaudit.auditor.text_audit import check_modality
 
     check_modality(cfg, pool)  # attacks and settings that fit text / class outputs
-    if pool.is_text:  # check_modality checked the text score stage's memory
+    if not modality_of(pool).has_classes:  # check_modality checked the text settings
         return
     classes = int(pool.y.unique().numel())
     if classes < 2:

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from miaudit._runtime.io import read_tensors
 from miaudit.auditor import identity as ids
+from miaudit.auditor.modality import modality_of
 from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.modeljob import ModelJob, rebuild
 from miaudit.auditor.rundir import RunDir
@@ -73,8 +74,7 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         def on_done(done: Job, logits: torch.Tensor, seconds: float) -> None:
             job, spec = done.payload[:2]
             key = query_key(job, spec, planned)
-            if planned.pool.is_text:
-                logits = compact_text_outputs(logits)
+            logits = modality_of(planned.pool).stored(logits)
             run.save_outputs(job.index, key, logits, {
                 "spec": spec, "model": job.identity, "seconds": round(seconds, 3)})
             if cache is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from miaudit.auditor.modality import modality_of
 from miaudit.auditor.rundir import RunDir, read_scores
 from miaudit.auditor.stages.plan import Audit
 from miaudit.results import Summary
@@ -20,7 +21,7 @@ def report_stage(run: RunDir, planned: Audit, summary: Summary) -> None:
                           planned.plan.keep[summary.targets][:, audited],
                           pool.x.numpy()[audited] if pool.is_image else None,
                           pool.y.numpy()[audited], pool.class_names, attack=best,
-                          texts=[pool.texts[i] for i in audited] if pool.is_text else None)
+                          texts=modality_of(pool).texts(pool, audited))
     write_run_records(run.root, summary, pool.y.numpy()[audited], list(pool.class_names))
     write_run_usage(run.root, summary)
     write_html_report(run.root, summary)

@@ -12,6 +12,7 @@ import numpy as np
 from miaudit._runtime.io import write_json
 from miaudit.attacks import AttackInput
 from miaudit.auditor.design import Plan
+from miaudit.auditor.modality import modality_of
 from miaudit.auditor.modeljob import ModelJob
 from miaudit.auditor.rundir import RunDir
 from miaudit.auditor.specs import parse_component
@@ -25,8 +26,8 @@ from miaudit.queries import CLEAN_QUERY, clean_column
 from miaudit.queries.features import input_features
 from miaudit.queries.labels import protect_decision_columns
 from miaudit.results import Privacy, Summary
-from miaudit.results.scoring import build_summary, run_caveats, score_attacks
-from miaudit.results.target_models import TargetModels, classifier_stats, text_stats
+from miaudit.results.scoring import build_summary, score_attacks
+from miaudit.results.target_models import TargetModels
 
 
 def load_all_outputs(run: RunDir, planned: Audit,
@@ -91,8 +92,6 @@ def attack_input(run: RunDir, planned: Audit, jobs: list[ModelJob] | None = None
     """What the attacks see: every model's stored outputs (defended when configured), the
     keep matrix, the population and, when an attack needs them, the attacker's features of
     the inputs."""
-    from miaudit.auditor.text_audit import attack_extras
-
     cfg, plan = planned.cfg, planned.plan
     labels = planned.pool.y.numpy()
     logits = load_all_outputs(run, planned, jobs)
@@ -104,7 +103,7 @@ def attack_input(run: RunDir, planned: Audit, jobs: list[ModelJob] | None = None
                        query_names=list(cfg.queries), population=plan.split.population,
                        evaluated=plan.split.audited,
                        features=input_features(planned.pool.x) if wants_features else None,
-                       **attack_extras(planned.pool))
+                       **modality_of(planned.pool).attack_extras(planned.pool))
 
 
 def score_stage(run: RunDir, planned: Audit, trained: Trained,
@@ -114,8 +113,7 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
     cfg, plan = planned.cfg, planned.plan
     data = attack_input(run, planned)
     targets = list(plan.targets)
-    privacy = trained.privacy
-    claim = Privacy.model_validate(privacy) if privacy else None  # empirical bounds need it
+    claim = trained.privacy  # the claimed guarantee: empirical bounds need it
     blind: dict[str, Any] = {}
     with run.new_scores() as folder:
         attacks = score_attacks(data, cfg.attacks, targets, plan.references,
@@ -133,9 +131,9 @@ def score_stage(run: RunDir, planned: Audit, trained: Trained,
         keep=plan.keep, audited=plan.split.audited, population=plan.split.population,
         holdout_size=int(len(plan.split.holdout)), queries=list(cfg.queries),
         scores_dir=scores_dir, target_models=stats, attacks=attacks,
-        caveats=run_caveats(stats, data.logits, data.modality),
+        caveats=modality_of(planned.pool).caveats(stats, data.logits),
         config=cfg.model_dump(mode="json"), run_identity=planned.run_identity,
-        privacy=privacy, blind_baseline=blind, nsde=evaluated.nsde,
+        privacy=claim, blind_baseline=blind, nsde=evaluated.nsde,
         snapshots=snapshot_scores(run, planned, claim) if cfg.train.snapshots else None)
 
 
@@ -164,11 +162,10 @@ def target_stats(run: RunDir, planned: Audit, data: AttackInput,
     next-token accuracy and perplexity of language models, else class accuracy on the clean
     query (and which query that was)."""
     plan = planned.plan
-    if planned.pool.is_text:
-        return text_stats(data.logits, plan.keep, plan.split.audited, list(plan.targets))
     clean, column, query = clean_outputs(run, planned, data.logits, jobs)
-    return classifier_stats(clean, data.labels, plan.keep, plan.split.audited,
-                            list(plan.targets), column).with_facts(accuracy_query=query)
+    return modality_of(planned.pool).target_stats(clean, data.labels, plan.keep,
+                                                  plan.split.audited, list(plan.targets),
+                                                  column, query)
 
 
 def write_memorization(run: RunDir, data: AttackInput, plan: Plan, attack: str,

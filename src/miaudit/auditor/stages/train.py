@@ -25,6 +25,7 @@ from miaudit.auditor.runfiles import MODEL_RECORD, WEIGHTS
 from miaudit.auditor.stages.plan import Audit, chain, snapshot_job, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
+from miaudit.results import Privacy
 from miaudit.training.checkpoint import Checkpointing
 
 
@@ -45,7 +46,7 @@ class Trained:
     """What the train stage hands on: its seconds and the targets' training facts."""
 
     seconds: float  # spent training in this run
-    privacy: dict[str, Any]  # the DP guarantee the targets were trained under, or {}
+    privacy: Privacy | None  # the DP guarantee the targets were trained under
     train_seconds_mean: float  # the targets' recorded training time, averaged
 
 
@@ -53,7 +54,8 @@ def train_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
     """Train what is missing; read the targets' facts from their training records."""
     seconds = train_models(run, planned, console, show_progress)
     records = [unsealed(read_json(run.model_dir(t) / MODEL_RECORD)) for t in planned.plan.targets]
-    return Trained(seconds, privacy_summary(records),
+    guarantee = privacy_summary(records)
+    return Trained(seconds, Privacy.model_validate(guarantee) if guarantee else None,
                    float(np.mean([r["train_seconds"] for r in records])))
 
 
