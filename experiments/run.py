@@ -29,14 +29,7 @@ from rich.console import Console
 
 import miaudit
 from miaudit import Summary
-from miaudit._runtime.machine import slow_bf16
-from miaudit.auditor.parents import parent_configs
-from miaudit.auditor.stages.plan import resolve_device
 from miaudit.errors import ConfigError, MiauditError, RunDirError
-from miaudit.reporting.compare import Comparison, comparison, write_compare_html
-from miaudit.reporting.compare import markdown as comparison_markdown
-from miaudit.reporting.run_view import RunView
-from miaudit.reporting.terminal import model_line, privacy_line
 
 HERE = Path(__file__).resolve().parent
 #: The flat names before experiments/ was laid out by paper (issue 24): where each went.
@@ -93,10 +86,11 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
                 shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
         compact_json(outputs / f"{stem}.results.json")
         rows.append((stem, results.run_dir, results.summary))
-    table = comparison(views(rows))
+    # each row from its run directory (read and verified there) or its committed record; with
+    # several rows, the papers' kind of table across the configs as a page too
+    table = miaudit.compare([source for _, source, _ in rows],
+                            html=outputs / "compare.html" if len(rows) > 1 else None)
     (outputs / "summary.md").write_text(markdown(table, rows))
-    if len(rows) > 1:  # the papers' kind of table across the configs, as a page
-        write_compare_html(table, outputs / "compare.html")
     return outputs
 
 
@@ -104,13 +98,6 @@ def compact_json(path: Path) -> None:
     """Rewrite a JSON record without indentation (a third of the bytes; the digest covers the
     parsed content, so the record still verifies)."""
     path.write_text(json.dumps(json.loads(path.read_text()), separators=(",", ":")) + "\n")
-
-
-def views(rows: list[tuple[str, Path, Summary]]) -> list[RunView]:
-    """A view per row: its run directory (read and verified there) or its committed record
-    (verified by :func:`committed_row`)."""
-    return [RunView(source) if source.is_dir() else RunView(source.parent, summary)
-            for _, source, summary in rows]
 
 
 def reproduces_committed(outputs: Path, stem: str, results: miaudit.Results) -> bool:
@@ -146,15 +133,16 @@ def holds(run_dir: Path, committed: miaudit.Results) -> bool:
         return False
 
 
-def markdown(table: Comparison, rows: list[tuple[str, Path, Summary]]) -> str:
-    """The comparison table of the experiment's runs (every attack they share; TPR@0.1% with
-    its 95% CI), then a line per config: accuracy, size, time, robust accuracy, DP guarantee."""
-    notes = [f"- {stem}: {model_line(summary)}; {len(summary.targets)} target(s), "
+def markdown(table: str, rows: list[tuple[str, Path, Summary]]) -> str:
+    """The comparison ``table`` of the experiment's runs (:func:`miaudit.compare`: every
+    attack they share; TPR@0.1% with its 95% CI), then a line per config: accuracy, size,
+    time, robust accuracy, DP guarantee."""
+    notes = [f"- {stem}: {summary.model_line()}; {len(summary.targets)} target(s), "
              f"{summary.num_models} models, pool {summary.pool_size}, "
              f"{summary.target_models.train_seconds_mean:.1f} s/model, this run "
              f"{_seconds_this_run(summary)} s{_on_device(summary)}" + extra_note(summary)
              for stem, _, summary in rows]
-    return comparison_markdown(table) + "\n" + "\n".join(notes) + "\n"
+    return table + "\n" + "\n".join(notes) + "\n"
 
 
 def _seconds_this_run(summary: Summary) -> float | str:
@@ -175,7 +163,7 @@ def extra_note(summary: Summary) -> str:
                      f"{100 * stats.train_robust_acc:.1f}%, test "
                      f"{100 * stats.test_natural_acc:.1f}/{100 * stats.test_robust_acc:.1f}%")
     if summary.privacy is not None:
-        parts.append(privacy_line(summary))
+        parts.append(summary.privacy_line())
     return "".join(f"; {part}" for part in parts)
 
 
@@ -220,22 +208,8 @@ def check_bf16_kernels(cfg: Any, allow_slow: bool) -> None:
     in bf16 where bfloat16 has no kernels (``miaudit._runtime.machine.slow_bf16``): ~10x slower than
     fp32, and ~30x slower than the costs experiments/README.md plans with (2026-12-01: an AVX2
     CPU, 20 minutes lost before a model finished)."""
-    if allow_slow or cfg.executor.name == "ray" or "bf16" not in precisions(cfg):
-        return
-    if (reason := slow_bf16(resolve_device(cfg.device))) is not None:
+    if not allow_slow and (reason := cfg.slow_bf16_reason()) is not None:
         raise ConfigError(f"{reason}; or pass --slow-bf16")
-
-
-def precisions(cfg: Any) -> set[str]:
-    """The train.precision of every model the config trains, parents included."""
-    found, sections = set(), [(cfg.model, cfg.train)]
-    if cfg.reference_train is not None or cfg.reference_model is not None:
-        sections.append((cfg.reference_model or cfg.model, cfg.reference_train or cfg.train))
-    while sections:
-        model, train = sections.pop()
-        found.add(train.precision)
-        sections += [parent] if (parent := parent_configs(model, train)) else []
-    return found
 
 
 def experiments() -> list[str]:

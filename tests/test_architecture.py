@@ -45,21 +45,8 @@ INSIDE_BY_DESIGN = {
 }
 
 #: internal imports still in scripts, (file, "module:name"), to be replaced by public names;
-#: the list may only shrink (a test fails when an entry is gone, so it is removed here).
-#: experiments/run.py: its bf16 refusal and the experiment's comparison table have no public
-#: form yet (a public ``compare`` and a device capability check would replace them)
-KNOWN_INTERNAL: set[tuple[str, str]] = {
-    ('experiments/run.py', 'miaudit._runtime.machine:slow_bf16'),
-    ('experiments/run.py', 'miaudit.auditor.parents:parent_configs'),
-    ('experiments/run.py', 'miaudit.auditor.stages.plan:resolve_device'),
-    ('experiments/run.py', 'miaudit.reporting.compare:Comparison'),
-    ('experiments/run.py', 'miaudit.reporting.compare:comparison'),
-    ('experiments/run.py', 'miaudit.reporting.compare:markdown'),
-    ('experiments/run.py', 'miaudit.reporting.compare:write_compare_html'),
-    ('experiments/run.py', 'miaudit.reporting.run_view:RunView'),
-    ('experiments/run.py', 'miaudit.reporting.terminal:model_line'),
-    ('experiments/run.py', 'miaudit.reporting.terminal:privacy_line'),
-}
+#: the list may only shrink (a test fails when an entry is gone, so it is removed here)
+KNOWN_INTERNAL: set[tuple[str, str]] = set()
 
 
 def _doc_paths() -> set[str]:

@@ -283,3 +283,15 @@ def test_report_html_and_compare_commands(dp_run, tmp_path):
     assert out.exists() and out.read_text().count("<svg") == 1
     result = runner.invoke(app, ["compare", str(dp_run.run_dir), "--attacks", "nope"])
     assert result.exit_code == 2 and "no attack nope" in result.output
+
+
+def test_the_public_compare_is_the_cli_comparison_as_markdown_and_page(dp_run, tmp_path):
+    import miaudit
+    from miaudit.reporting.compare import compare_markdown
+
+    sources = [dp_run.run_dir, dp_run.run_dir / "results.json"]  # a directory and a record
+    page = tmp_path / "compare.html"
+    table = miaudit.compare(sources, html=page)
+    assert table == compare_markdown(sources)
+    assert table.count("\n| 1. ") + table.count("\n| 2. ") >= 2 and "TPR@0.1%" in table
+    assert page.exists() and "<svg" in page.read_text()

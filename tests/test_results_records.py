@@ -104,7 +104,7 @@ def test_a_resumed_experiment_keeps_the_committed_record_it_reproduced(tmp_path,
     monkeypatch.setattr(run, "HERE", tmp_path)
     monkeypatch.setattr(run, "markdown", lambda table, rows: "")
     fp32 = validate_config(tiny_audit(tmp_path))  # run.py checks its precision first
-    monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides: fp32)
+    monkeypatch.setattr(run.miaudit, "load_config", lambda path, overrides, sets=(): fp32)
     monkeypatch.setattr(run.miaudit, "audit", lambda cfg, console: Results(  # what it wrote
         run_dir=run_dir, summary=Summary.model_validate(_record(run_dir / "results.json"))))
 

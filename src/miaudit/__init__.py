@@ -6,8 +6,9 @@ The public API is the names below (``miaudit.__all__``); every other module is i
 - :func:`audit` (config -> :class:`Results`), with :class:`AuditConfig` / :func:`load_config`;
 - :func:`score` (outputs of models trained elsewhere -> :class:`Results`, with or without
   files), what ``miaudit score`` does;
-- :meth:`Results.load` (a finished run directory -> :class:`Results`), :class:`Summary` (the
-  typed results.json);
+- :meth:`Results.load` (a finished run directory, or a results.json file -> :class:`Results`),
+  :class:`Summary` (the typed results.json), :func:`compare` (runs side by side, what
+  ``miaudit compare`` prints);
 - :func:`evaluate` (= ``miaudit.attacks.evaluate``; pure: logits, keep matrix, attack specs ->
   scores);
 - the registries users add components to (:data:`ATTACKS`, :data:`DATASETS`, :data:`MODELS`,
@@ -30,6 +31,7 @@ _HOMES = {
     "audit": "miaudit.auditor.stages",
     "Results": "miaudit.results",
     "Summary": "miaudit.results",
+    "compare": "miaudit.reporting.compare",
     "score": "miaudit.results.scoring",
     "evaluate": "miaudit.attacks.suite",
     "AuditConfig": "miaudit.config",

@@ -253,6 +253,29 @@ class AuditConfig(Section):
             raise ValueError("a pre-trained target needs protocol fixed_target")
         return self
 
+    def slow_bf16_reason(self) -> str | None:
+        """Why this audit would train slowly here, as a sentence: a model it trains (target,
+        reference, or a parent either starts from) in ``train.precision: bf16`` on a device
+        without bfloat16 kernels (~10x slower than fp32). None when every model trains in
+        fp32, where bfloat16 has kernels, and on Ray (the workers' hosts decide)."""
+        if self.executor.name == "ray" or "bf16" not in self.training_precisions():
+            return None
+        from miaudit._runtime.machine import resolve_device, slow_bf16
+
+        return slow_bf16(resolve_device(self.device))
+
+    def training_precisions(self) -> set[str]:
+        """The ``train.precision`` of every model this audit trains, parents included."""
+        found, sections = set(), [(self.model, self.train)]
+        if self.reference_train is not None or self.reference_model is not None:
+            sections.append((self.reference_model or self.model,
+                             self.reference_train or self.train))
+        while sections:
+            model, train = sections.pop()
+            found.add(train.precision)
+            sections += [parent] if (parent := parent_configs(model, train)) else []
+        return found
+
     def run_name(self) -> str:
         """The given name, else one derived from the data set and the model."""
         if self.name is not None:
@@ -316,3 +339,26 @@ def validate_config(raw: dict[str, Any]) -> AuditConfig:
         return AuditConfig.model_validate(raw)
     except ValidationError as error:
         raise ConfigError(format_errors(error, AuditConfig)) from None
+
+
+def parent_configs(model_cfg: ModelConfig,
+                   train_cfg: TrainConfig) -> tuple[ModelConfig, TrainConfig] | None:
+    """The parent's architecture and training as audit config sections (validated like any),
+    or None when the recipe trains everything itself. A ``same_training`` parent keeps the
+    whole train section, so its identity is the one an audit of that model would give it."""
+    spec = build_recipe(train_cfg).parent(model_cfg.name, dict(model_cfg.options))
+    if spec is None:
+        return None
+    model = ModelConfig(name=spec.model, width=model_cfg.width,
+                        options=dict(spec.model_options))
+    if spec.same_training:  # an earlier stage of the same recipe, e.g. the SNN at T - 1
+        if model == model_cfg:
+            raise ConfigError(f"recipe {train_cfg.recipe!r} names model {model_cfg.name!r} "
+                              "with the same options as its own parent")
+        return model, train_cfg
+    train = TrainConfig.model_validate({
+        **train_cfg.model_dump(exclude={"ensemble"}), "recipe": spec.recipe,
+        "recipe_options": dict(spec.recipe_options),
+        "penalties": list(train_cfg.penalties) if spec.penalties else [],
+        "epochs": train_cfg.epochs if spec.epochs is None else spec.epochs})
+    return model, train

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from miaudit._runtime import allocator
+from miaudit.errors import ConfigError
 
 #: how a bfloat16-kernels answer (:func:`bf16_kernels`) is printed
 BF16_ANSWERS = {True: "yes", False: "no", None: "unknown"}
@@ -112,3 +113,23 @@ def _onednn_bf16() -> bool | None:
         return None
 
 
+def resolve_device(name: str) -> torch.device:
+    """The torch device a config's ``device`` names (``auto``: CUDA when available); a
+    ConfigError naming what is missing when it is not usable here."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"device {name!r} is not a device torch knows; give cpu, cuda, "
+                          "cuda:<index>, mps or auto") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {name!r}: miaudit runs on cpu, cuda[:index] or mps")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} requested but CUDA is not available here")
+    if device.type == "cuda" and device.index is not None \
+            and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {name!r} requested but MPS is not available here")
+    return device

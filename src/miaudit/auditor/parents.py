@@ -27,33 +27,8 @@ from miaudit._runtime.io import read_tensors
 from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.rundir import RunDir, save_model_folder, verified_record
 from miaudit.auditor.runfiles import MODEL_RECORD, WEIGHTS
-from miaudit.config import ModelConfig, TrainConfig, build_recipe
-from miaudit.errors import ConfigError
 
 State = dict[str, torch.Tensor]
-
-
-def parent_configs(model_cfg: ModelConfig,
-                   train_cfg: TrainConfig) -> tuple[ModelConfig, TrainConfig] | None:
-    """The parent's architecture and training as audit config sections (validated like any),
-    or None when the recipe trains everything itself. A ``same_training`` parent keeps the
-    whole train section, so its identity is the one an audit of that model would give it."""
-    spec = build_recipe(train_cfg).parent(model_cfg.name, dict(model_cfg.options))
-    if spec is None:
-        return None
-    model = ModelConfig(name=spec.model, width=model_cfg.width,
-                        options=dict(spec.model_options))
-    if spec.same_training:  # an earlier stage of the same recipe, e.g. the SNN at T - 1
-        if model == model_cfg:
-            raise ConfigError(f"recipe {train_cfg.recipe!r} names model {model_cfg.name!r} "
-                              "with the same options as its own parent")
-        return model, train_cfg
-    train = TrainConfig.model_validate({
-        **train_cfg.model_dump(exclude={"ensemble"}), "recipe": spec.recipe,
-        "recipe_options": dict(spec.recipe_options),
-        "penalties": list(train_cfg.penalties) if spec.penalties else [],
-        "epochs": train_cfg.epochs if spec.epochs is None else spec.epochs})
-    return model, train
 
 
 def unique_parents(jobs: Iterable[Any]) -> list[Any]:

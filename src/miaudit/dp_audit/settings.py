@@ -70,7 +70,7 @@ class DPAuditConfig(BaseModel):
     @field_validator("device")
     @classmethod
     def _device(cls, device: str) -> str:
-        from miaudit.auditor.stages.plan import resolve_device
+        from miaudit._runtime.machine import resolve_device
 
         resolve_device(device)  # one line now, not a traceback after the data is read
         return device

@@ -119,6 +119,7 @@ class Comparison:
 
     @property
     def wide(self) -> bool:
+        """One row per run with every attack's columns (few attacks), else a row per attack."""
         return len(self.attacks) <= WIDE_MAX_ATTACKS
 
 
@@ -130,6 +131,7 @@ def load_views(run_dirs: Sequence[Path]) -> list[RunView]:
 
 
 def comparison(views: Sequence[RunView], attacks: Sequence[str] | None = None) -> Comparison:
+    """The runs ``views`` side by side on ``attacks`` (default: every attack they share)."""
     chosen = choose_attacks(views, attacks)
     labels = run_labels([v.config for v in views], [v.name for v in views])
     wide = len(chosen) <= WIDE_MAX_ATTACKS
@@ -199,6 +201,7 @@ def rich_table(table: Comparison) -> Table:
 
 
 def markdown(table: Comparison) -> str:
+    """The comparison as a Markdown table, its caption first and its notes after."""
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
@@ -215,6 +218,8 @@ def compare_markdown(run_dirs: Sequence[Path], attacks: Sequence[str] | None = N
 
 
 def privacy_utility_points(table: Comparison) -> list[dict[str, Any]]:
+    """One point per run and attack for the privacy-utility plot: the targets' test accuracy
+    against the TPR at 0.1% FPR (with its interval), where that TPR is measurable."""
     points = []
     for number, view in enumerate(table.views, start=1):
         for attack in table.attacks:
@@ -264,5 +269,21 @@ def render_compare_html(table: Comparison, paired: str = "") -> str:
 
 
 def write_compare_html(table: Comparison, out: Path, paired: str = "") -> Path:
+    """Write the comparison page (``paired``: the paired-differences section) to ``out``."""
     write_bytes(Path(out), render_compare_html(table, paired).encode("utf-8"))
     return Path(out)
+
+
+def compare(sources: Sequence[str | Path], attacks: Sequence[str] | None = None, *,
+            html: str | Path | None = None) -> str:
+    """What ``miaudit compare`` prints, as a function: the runs ``sources`` (run directories
+    or results.json files, e.g. an experiment's committed outputs) side by side, each run's
+    accuracy beside every shared attack's TPR at 0.1% FPR (with its 95% interval), TPR at 1%
+    FPR and AUC, as a Markdown table with the notes a reader needs (runs calibrated on
+    different numbers of reference models, attacks left out). ``attacks``: the labels to
+    compare (default: every attack the runs share); ``html``: also write the comparison page
+    there (the table and the privacy-utility plot)."""
+    table = comparison(load_views([Path(source) for source in sources]), attacks)
+    if html is not None:
+        write_compare_html(table, Path(html))
+    return markdown(table)

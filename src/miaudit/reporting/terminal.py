@@ -140,19 +140,6 @@ def strongest_line(summary: Summary) -> str | None:
             "picked after looking")
 
 
-def model_line(summary: Summary) -> str:
-    stats = summary.target_models
-    if stats.test_perplexity is not None:  # a language model: what text users read
-        return (f"target models: next-token accuracy train {_percent(stats.train_accuracy)}%,"
-                f" test {_percent(stats.test_accuracy)}%, gap "
-                f"{_percent(stats.generalization_gap)} points; perplexity train "
-                f"{stats.train_perplexity:.2f}, test {stats.test_perplexity:.2f}")
-    return (f"target models: train acc {_percent(stats.train_accuracy)}%, "
-            f"test acc {_percent(stats.test_accuracy)}%, "
-            f"generalization gap {_percent(stats.generalization_gap)} points"
-            + (f" ({escape(stats.accuracy_note)})" if stats.accuracy_note else ""))
-
-
 def print_summary(summary: Summary, console: Console) -> None:
     console.print(attack_table(summary))
     for line in summary.caveat_lines():
@@ -161,11 +148,11 @@ def print_summary(summary: Summary, console: Console) -> None:
         console.print(line, markup=False, soft_wrap=True)
     if (line := strongest_line(summary)) is not None:
         console.print(line, markup=False)
-    console.print(model_line(summary))
+    console.print(summary.model_line(), markup=False)
     for caveat in summary.caveats:
         console.print(f"caveat: {caveat}", markup=False, soft_wrap=True)
     if summary.privacy is not None:
-        console.print(privacy_line(summary))
+        console.print(summary.privacy_line(), markup=False)
     if summary.snapshots:
         from miaudit.reporting.leakage_over_training import over_training_line
 
@@ -185,22 +172,6 @@ def print_summary(summary: Summary, console: Console) -> None:
                      if summary.snapshots else ""), markup=False, soft_wrap=True)
     if report.exists():  # last: the one file to open
         console.print(f"  HTML report: {report}", markup=False, soft_wrap=True)
-
-
-def privacy_line(summary: Summary) -> str:
-    """The claimed DP guarantee beside the largest empirical lower bound of any attack."""
-    privacy = summary.privacy
-    bounds = {label: attack.empirical_epsilon.epsilon_lower
-              for label, attack in summary.attacks.items()
-              if attack.empirical_epsilon is not None}
-    best = max(bounds, key=bounds.get) if bounds else None
-    line = (f"DP-SGD targets: epsilon {privacy.epsilon:.3g} at delta {privacy.delta:.0e} "
-            f"(noise multiplier {privacy.noise_multiplier:.3g})")
-    if best is not None:
-        verdict = summary.attacks[best].empirical_epsilon.verdict
-        line += (f"; largest empirical lower bound {bounds[best]:.3g} ({best}): "
-                 f"guarantee {verdict}")
-    return line
 
 
 def missing_report_note(run_root: Path, summary: Summary) -> str | None:

@@ -249,6 +249,40 @@ class Summary(Record):
         attack = self.attacks[label]
         return reference_models(attack.attack, attack.options, self.num_models)
 
+    def model_line(self) -> str:
+        """One line on the targets' utility (percent): accuracy and generalization gap, or a
+        language model's next-token accuracy and perplexity."""
+        stats = self.target_models
+
+        def percent(value: float) -> str:
+            return f"{100 * value:.2f}"
+
+        if stats.test_perplexity is not None:  # a language model: what text users read
+            return (f"target models: next-token accuracy train {percent(stats.train_accuracy)}%"
+                    f", test {percent(stats.test_accuracy)}%, gap "
+                    f"{percent(stats.generalization_gap)} points; perplexity train "
+                    f"{stats.train_perplexity:.2f}, test {stats.test_perplexity:.2f}")
+        return (f"target models: train acc {percent(stats.train_accuracy)}%, "
+                f"test acc {percent(stats.test_accuracy)}%, "
+                f"generalization gap {percent(stats.generalization_gap)} points"
+                + (f" ({stats.accuracy_note})" if stats.accuracy_note else ""))
+
+    def privacy_line(self) -> str:
+        """The claimed DP guarantee beside the largest empirical lower bound of any attack
+        (a run of DP-SGD targets only)."""
+        privacy = self.privacy
+        bounds = {label: attack.empirical_epsilon.epsilon_lower
+                  for label, attack in self.attacks.items()
+                  if attack.empirical_epsilon is not None}
+        best = max(bounds, key=bounds.get) if bounds else None
+        line = (f"DP-SGD targets: epsilon {privacy.epsilon:.3g} at delta {privacy.delta:.0e} "
+                f"(noise multiplier {privacy.noise_multiplier:.3g})")
+        if best is not None:
+            verdict = self.attacks[best].empirical_epsilon.verdict
+            line += (f"; largest empirical lower bound {bounds[best]:.3g} ({best}): "
+                     f"guarantee {verdict}")
+        return line
+
     def caveat_lines(self) -> list[str]:
         """One line per warning an attack gave about its own numbers (marked * in tables)."""
         labels: dict[str, list[str]] = {}  # caveat -> the attacks that gave it

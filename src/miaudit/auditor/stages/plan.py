@@ -21,6 +21,7 @@ from miaudit._runtime.allocator import keep_freed_memory
 from miaudit._runtime.machine import (
     check_score_memory,
     physical_memory_bytes,
+    resolve_device,
     score_memory_bytes,
 )
 from miaudit.auditor import identity as ids
@@ -28,11 +29,11 @@ from miaudit.auditor.design import Plan, make_plan, make_split, model_seed
 from miaudit.auditor.modality import modality_of
 from miaudit.auditor.model_cache import ModelCache
 from miaudit.auditor.modeljob import ModelJob, build_architecture
-from miaudit.auditor.parents import parent_configs
 from miaudit.config import (
     AuditConfig,
     ModelConfig,
     TrainConfig,
+    parent_configs,
 )
 from miaudit.data import Pool, make_pool
 from miaudit.errors import ConfigError, DataError
@@ -68,26 +69,6 @@ class Audit:
         """The model cache shared between run directories (None when share_models is off)."""
         return ModelCache(self.cfg.output_dir / "model_cache") if self.cfg.share_models \
             else None
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"device {name!r} is not a device torch knows; give cpu, cuda, "
-                          "cuda:<index>, mps or auto") from None
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device {name!r}: miaudit runs on cpu, cuda[:index] or mps")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {name!r} requested but CUDA is not available here")
-    if device.type == "cuda" and device.index is not None \
-            and device.index >= torch.cuda.device_count():
-        raise ConfigError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device {name!r} requested but MPS is not available here")
-    return device
 
 
 def load_pool(cfg: AuditConfig) -> Pool:

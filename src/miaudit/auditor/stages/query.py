@@ -89,15 +89,6 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
     return time.perf_counter() - started
 
 
-def compact_text_outputs(outputs: torch.Tensor) -> torch.Tensor:
-    """A language model's per-token statistics stored as float16: half the disk and memory
-    of float32 (a GPT-2 family of 16 models x 20,000 texts x 127 tokens x 4 statistics x 3
-    queries: 1.0 GB instead of 2.0). Relative rounding 2^-11 of each value; measured on the
-    fortunes audit, the pooled AUC of every text attack moves by at most the amount stated in
-    docs/tutorials/language-models-advanced.md (benchmarks/text_float16.py)."""
-    return outputs.to(torch.float16)
-
-
 def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str, Path]]:
     """The (model, spec, weights folder) triples with no valid output record, after fetching
     identical outputs from the model cache. Snapshots (train.snapshots) are queried like final

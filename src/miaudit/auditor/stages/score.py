@@ -36,7 +36,7 @@ def load_all_outputs(run: RunDir, planned: Audit,
     snapshot epoch), filled in place (one copy in memory)."""
     cfg, jobs = planned.cfg, planned.jobs if jobs is None else jobs
     first = run.load_outputs(0, query_key(jobs[0], cfg.queries[0], planned)).numpy()
-    # text outputs are stored as float16 (miaudit.auditor.stages.query.compact_text_outputs)
+    # text outputs are stored as float16 (miaudit.auditor.modality.TextModality.stored)
     dtype = np.float16 if first.dtype == np.float16 else np.float32
     logits = np.empty((len(jobs), first.shape[0], len(cfg.queries), first.shape[1]),
                       dtype=dtype)
