@@ -244,20 +244,24 @@ def memorization_interval(row: Row, metric: str) -> Interval | None:
     n = sum(b["n_members"] for b in chosen)
     k = sum(round(b["tpr@0.1%"] * b["n_members"]) for b in chosen)
     key = "tpr@0.1%_memorization_" + ("0" if metric == "bin_tpr_low" else "above_0.5")
-    return widened((k / n, *metrics.clopper_pearson(k, n)), table, key) if n else None
+    if not n:
+        return None
+    value, low, high = widened((k / n, *metrics.clopper_pearson(k, n)), table, key)
+    return value, max(low, 0.0), high  # a rate
 
 
 def widened(found: Interval, table: dict, key: str) -> Interval:
     """An interval over samples widened by the memorization estimate's own uncertainty where
-    memorization came from an independent family (issue 79: memorization.json's bootstrap over
+    memorization came from an independent family (issue 79: memorization.json's jackknife over
     those models): the two half-widths, per side, added in quadrature."""
-    ci = (table.get("independent") or {}).get("ci95", {}).get(key)
-    if not ci or any(math.isnan(v) for v in ci):
+    block = table.get("independent") or {}
+    se = block.get("jackknife_se", {}).get(key)
+    if se is None or math.isnan(se):
         return found
     value, low, high = found
-    spread = ((ci[1] - ci[0]) / 2,) * 2
-    return (value, value - math.hypot(value - low, spread[0]),
-            value + math.hypot(high - value, spread[1]))
+    spread = t.ppf(0.975, len(block["memorization_models"]) - 1) * se
+    return (value, value - math.hypot(value - low, spread),
+            value + math.hypot(high - value, spread))
 
 
 def interval(row: Row, metric: str) -> Interval | None:

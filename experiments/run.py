@@ -77,13 +77,13 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
         stem = config_file.stem
         if reproduces_committed(outputs, stem, results):
             # a resumed run that remade the committed result: keep the record of the run that
-            # made it (its timing says what training and querying cost, not this resume's)
+            # made it (its timing says what training and querying cost, not this resume's);
+            # the analyses results.json does not hold are refreshed (a newer miaudit's)
+            copy_artefacts(results.run_dir, outputs, stem, ANALYSES)
             rows.append(committed_row(outputs, stem))
             continue
-        for artefact in ("results.json", "roc.png", "roc_dp_bound.png", "memorization.json",
-                         "memorization.png", "report.html"):
-            if (results.run_dir / artefact).exists():
-                shutil.copy(results.run_dir / artefact, outputs / f"{stem}.{artefact}")
+        copy_artefacts(results.run_dir, outputs, stem,
+                       ("results.json", "roc.png", "roc_dp_bound.png", *ANALYSES, "report.html"))
         compact_json(outputs / f"{stem}.results.json")
         rows.append((stem, results.run_dir, results.summary))
     # each row from its run directory (read and verified there) or its committed record; with
@@ -92,6 +92,15 @@ def run_experiment(name: str, data_dir: Path | None, device: str,
                             html=outputs / "compare.html" if len(rows) > 1 else None)
     (outputs / "summary.md").write_text(markdown(table, rows))
     return outputs
+
+
+ANALYSES = ("memorization.json", "memorization.png")  # derived from a run, not in results.json
+
+
+def copy_artefacts(run_dir: Path, outputs: Path, stem: str, names: tuple[str, ...]) -> None:
+    for artefact in names:
+        if (run_dir / artefact).exists():
+            shutil.copy(run_dir / artefact, outputs / f"{stem}.{artefact}")
 
 
 def compact_json(path: Path) -> None:

@@ -207,9 +207,10 @@ def test_a_regenerated_table_and_findings_page_match_the_committed_ones(tmp_path
 
 
 def test_an_independent_memorization_widens_the_interval_by_its_own_uncertainty():
-    # Fisher/Clopper-Pearson half-widths 0.03 / 0.04, the bootstrap over memorization models
-    # spans 0.08 (half 0.04): hypot per side
-    table = {"independent": {"ci95": {"rho_test": [0.46, 0.54]}}}
+    # Fisher/Clopper-Pearson half-widths 0.03 / 0.04; the jackknife over 8 memorization models
+    # gives se 0.04 / 2.365 (Student t, 7 df: half-width 0.04): hypot per side
+    table = {"independent": {"memorization_models": list(range(8, 16)),
+                             "jackknife_se": {"rho_test": 0.04 / 2.364624251592785}}}
     value, low, high = claims.widened((0.5, 0.47, 0.54), table, "rho_test")
     assert (low, high) == pytest.approx((0.5 - 0.05, 0.5 + math.hypot(0.04, 0.04)))
     assert claims.widened((0.5, 0.47, 0.54), {}, "rho_test") == (0.5, 0.47, 0.54)
