@@ -220,7 +220,7 @@ def _pooled_tpr(table: dict[str, Any], high: bool) -> float:
     return sum(b["tpr@0.1%"] * b["n_members"] for b in rows) / n if n else float("nan")
 
 
-HEADLINES = {  # the summaries whose bootstrap interval over memorization models is reported
+HEADLINES = {  # the summaries whose jackknife interval over memorization models is reported
     "rho_train": lambda t: t["spearman_loss_mem"]["train"]["rho"],
     "rho_test": lambda t: t["spearman_loss_mem"]["test"]["rho"],
     "tpr@0.1%_memorization_0": lambda t: _pooled_tpr(t, False),
