@@ -235,7 +235,8 @@ def _jackknife(table: dict[str, Any], correct: np.ndarray, keep: np.ndarray,
     se = sqrt((K - 1) / K * sum_i (t_(i) - mean t_(.))^2), the 95% interval
     t +- q se around the full-family estimate t with q Student's 97.5% quantile on K - 1
     degrees of freedom (Efron & Tibshirani 1993, Ch. 11; at K = 8 the normal quantile covered
-    92% in tests/test_memorization_independent.py's known-truth world), and the bias estimate
+    92% in a known-truth simulation like tests/test_memorization_independent.py's, t 96%),
+    and the bias estimate
     (K - 1) (mean t_(.) - t) (Efron & Stein 1981).
     NaN where a family less one model leaves a summary undefined (K = 2)."""
     count = len(keep)
