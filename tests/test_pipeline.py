@@ -144,6 +144,30 @@ def test_adding_a_query_trains_nothing_and_queries_every_model_once(tmp_path, mo
     assert grown.summary.queries == ["identity", "dropout:p=0.1,n=2"]
 
 
+def test_a_draw_stream_is_one_job_per_model_and_resumes_to_the_same_bytes(tmp_path,
+                                                                          monkeypatch):
+    """Dropout queries that differ only in n run as one job per model (the largest count's
+    passes serve both), and a stage that lost one of them recomputes it byte for byte."""
+    streams = ["identity", "dropout:p=0.1,n=2", "dropout:p=0.1,n=3"]
+    queried = _count_queries(monkeypatch)
+    both = _quiet(tiny_audit(tmp_path / "both", share_models=False, queries=streams))
+    assert sorted(queried) == [("dropout:p=0.1,n=2", "dropout:p=0.1,n=3")] * 4 + \
+        [("identity",)] * 4
+    alone = _quiet(tiny_audit(tmp_path / "alone", share_models=False, queries=streams[:2]))
+    outputs = sorted((both.run_dir / "models/0000/outputs").glob("*.safetensors"))
+    assert len(outputs) == 3
+    twins = {p.name: p.read_bytes() for p in (alone.run_dir / "models/0000/outputs").glob("*")}
+    shared = [p for p in outputs if p.name in twins]
+    assert len(shared) == 2 and all(p.read_bytes() == twins[p.name] for p in shared)
+    lost = next(p for p in outputs if p.name not in twins)
+    kept_bytes = lost.read_bytes()
+    lost.unlink()
+    lost.with_suffix(".json").unlink()  # killed before either file was written
+    queried.clear()
+    _quiet(tiny_audit(tmp_path / "both", share_models=False, queries=streams))
+    assert queried == [("dropout:p=0.1,n=3",)] and lost.read_bytes() == kept_bytes
+
+
 def test_a_killed_query_stage_resumes_per_model_and_spec(tmp_path, monkeypatch):
     """Each (model, spec) output is written as its job finishes: a kill in the query stage
     loses only the query in flight, and the resumed audit equals one never interrupted."""

@@ -72,6 +72,43 @@ def test_fit_lowers_the_loss_and_is_deterministic():
         assert torch.equal(a, b)
 
 
+class _MasksItsInput(torch.nn.Module):
+    """A model that draws its own input-dropout mask (as the spiking nets do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_dropout_p = 0.0
+        self.head = torch.nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x * (torch.rand_like(x) >= self.input_dropout_p)
+        return self.head(x.flatten(1))
+
+
+@pytest.mark.parametrize("masks_itself", [False, True])
+def test_a_dropout_stream_serves_every_count_from_one_run(masks_itself):
+    """dropout n=4's passes are n=8's first four: asked together, the queries cost 8 passes
+    per batch, and each output equals the one asked alone (so a resumed stage that lacks
+    only one of them computes the same numbers)."""
+    torch.manual_seed(0)
+    model = _MasksItsInput() if masks_itself else build_model(
+        "small_cnn", input_shape=(1, 8, 8), num_classes=10, width=0.25)
+    x = torch.rand(10, 1, 8, 8)
+    calls = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    alone = {n: query_outputs(model, x, [f"dropout:p=0.3,n={n}"], torch.device("cpu"), seed=7,
+                              batch_size=4)[:, 0] for n in (4, 8)}
+    calls.clear()
+    both = query_outputs(model, x, ["dropout:p=0.3,n=8", "identity", "dropout:p=0.3,n=4"],
+                         torch.device("cpu"), seed=7, batch_size=4)
+    assert len(calls) == 3 * (8 + 1)  # 3 batches x (8 shared dropout passes + identity)
+    assert torch.equal(both[:, 2], alone[4]) and torch.equal(both[:, 0], alone[8])
+    assert not torch.allclose(alone[4], alone[8], atol=1e-4)
+    other_p = query_outputs(model, x, ["dropout:p=0.2,n=4"], torch.device("cpu"), seed=7,
+                            batch_size=4)[:, 0]
+    assert not torch.allclose(other_p, alone[4], atol=1e-4)  # another stream, other draws
+
+
 def test_fit_rejects_a_diverging_loss():
     x, y = _data()
     model = build_model("mlp", input_shape=(10,), num_classes=2)

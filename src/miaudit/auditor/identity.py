@@ -110,8 +110,11 @@ def snapshot_identity(model: str, epoch: int) -> str:
     return text_digest({"model": model, "snapshot_epoch": int(epoch)})[:32]
 
 
-def query_identity(model: str, spec: str) -> str:
-    return text_digest({"model": model, "query": spec})[:24]
+def query_identity(model: str, spec: str, stream: str | None = None) -> str:
+    """A query's outputs: a stream query's also name its stream (its passes are the stream's
+    first n, seeded per batch: not the draws of the one-query-at-a-time layout before it)."""
+    identity = {"model": model, "query": spec}
+    return text_digest(identity if stream is None else {**identity, "stream": stream})[:24]
 
 
 def eval_identity(model: str, settings: dict[str, Any]) -> str:

@@ -2,7 +2,9 @@
 
 A query maps a batch-forward function and an input batch to logits. The audit stores the logits
 of every (model, sample, query). Stochastic queries (input dropout) return the log of the mean
-softmax over their passes, which is a valid logit vector for every downstream signal.
+softmax over their passes, which is a valid logit vector for every downstream signal. Queries
+that differ only in their number of passes share a *draw stream* (``dropout:p=0.01,n=4``'s
+passes are ``dropout:p=0.01,n=8``'s first four): one run of the largest count serves them all.
 Presets (LiRA/RMIA code): ``augs2`` = identity + flip, ``augs18`` = 2 flips x 3x3 shifts of
 +-1 pixel, ``augs50`` = 2 flips x 5x5 shifts of +-2 pixels (reflect padding); ``labels2``,
 ``labels18``, ``labels50`` are the same transforms releasing the label only
@@ -11,8 +13,10 @@ Presets (LiRA/RMIA code): ``augs2`` = identity + flip, ``augs18`` = 2 flips x 3x
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
@@ -28,6 +32,9 @@ class Query:
     #: forward passes per sample (stochastic and search queries take more), for progress and
     #: time estimates
     n: int = 1
+    #: name of the random draws this query's passes come from (None: deterministic). Queries of
+    #: one stream differ only in ``n`` and use the stream's first ``n`` passes
+    stream: str | None = None
 
     def __init__(self, flip: bool = False, dx: int = 0, dy: int = 0):
         for name, value in (("dx", dx), ("dy", dy)):
@@ -89,21 +96,35 @@ class InputDropout(Query):
             raise ValueError(f"input dropout needs 0 <= p < 1 and n >= 1, got p={p}, n={n}")
         self.p, self.n = p, n
 
+    @property
+    def stream(self) -> str:
+        return f"dropout:p={float(self.p)!r}"
+
     def __call__(self, forward: Forward, x: torch.Tensor,
                  generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.running_means(forward, x, [self.n], generator)[0]
+
+    def running_means(self, forward: Forward, x: torch.Tensor, counts: list[int],
+                      generator: torch.Generator | None = None) -> list[torch.Tensor]:
+        """Log mean softmax after the first ``count`` passes, for each of ``counts``, from one
+        run of ``max(counts)`` passes (the outputs of every query of this stream)."""
         masks_inside_model = getattr(forward, "input_dropout_p", None) is not None
-        probs = torch.zeros(())
-        for _ in range(self.n):
+        probs, means = torch.zeros((), dtype=torch.float64), {}
+        try:
+            for done in range(1, max(counts) + 1):
+                if masks_inside_model:
+                    forward.input_dropout_p = self.p
+                    logits = forward(x)
+                else:
+                    keep = torch.rand(x.shape, generator=generator) >= self.p
+                    logits = forward(x * keep.to(x.device))
+                probs = probs + torch.softmax(logits.double(), dim=-1)
+                if done in counts:
+                    means[done] = (probs / done).clamp_min(1e-300).log().float()
+        finally:
             if masks_inside_model:
-                forward.input_dropout_p = self.p
-                logits = forward(x)
-            else:
-                keep = torch.rand(x.shape, generator=generator) >= self.p
-                logits = forward(x * keep.to(x.device))
-            probs = probs + torch.softmax(logits.double(), dim=-1)
-        if masks_inside_model:
-            forward.input_dropout_p = 0.0
-        return (probs / self.n).clamp_min(1e-300).log().float()
+                forward.input_dropout_p = 0.0
+        return [means[count] for count in counts]
 
 
 @QUERIES.register("dropout")
@@ -188,38 +209,71 @@ def stored_queries(specs: list[str]) -> list[str]:
 def query_outputs(model: torch.nn.Module, x: torch.Tensor, specs: list[str],
                   device: torch.device, seed: int, batch_size: int = 512) -> torch.Tensor:
     """Eval-mode logits of ``model`` for every sample and query: (N, Q, C) float32 on CPU.
-    Seeded, so stochastic models and queries give reproducible outputs."""
+    Seeded, so stochastic models and queries give reproducible outputs. A draw stream's
+    queries are computed together, each batch's draws seeded by (seed, stream, batch), so a
+    query's outputs do not depend on which other queries of its stream were asked for."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
+    forward = _Forward(model, device)
+    queries = [build_query(spec) for spec in specs]
+    columns: dict[int, torch.Tensor] = {}
+    for index, query in enumerate(queries):
+        if index in columns:
+            continue
+        if query.stream is None:
+            columns[index] = torch.cat([query(forward, x[start : start + batch_size], generator)
+                                        for start in range(0, len(x), batch_size)])
+            continue
+        members = [j for j, other in enumerate(queries) if other.stream == query.stream]
+        counts = sorted({queries[j].n for j in members})
+        per_count = stream_outputs(query, forward, x, counts, seed, batch_size)
+        columns.update({j: per_count[queries[j].n] for j in members})
+    return torch.stack([columns[index] for index in range(len(specs))], dim=1)
 
-    class Forward:
-        """Batch forward on ``device``; exposes the model's own input-dropout switch."""
 
-        def __call__(self, batch: torch.Tensor) -> torch.Tensor:
-            return model(batch.to(device)).float().cpu()
+def stream_outputs(query: InputDropout, forward: Forward, x: torch.Tensor, counts: list[int],
+                   seed: int, batch_size: int) -> dict[int, torch.Tensor]:
+    """Outputs after each of ``counts`` passes of ``query``'s stream. Each batch reseeds the
+    mask generator and torch's own (a model that masks its input itself draws from it), so
+    the first n passes are the same whatever the largest count."""
+    generator, batches = torch.Generator(), []
+    for start in range(0, len(x), batch_size):
+        batch_seed = int(np.random.SeedSequence(
+            [seed, zlib.crc32(query.stream.encode()), start]).generate_state(1)[0])
+        generator.manual_seed(batch_seed)
+        torch.manual_seed(batch_seed)
+        batches.append(query.running_means(forward, x[start : start + batch_size], counts,
+                                           generator))
+    return {count: torch.cat([means[k] for means in batches]) for k, count in enumerate(counts)}
 
-        @property
-        def input_dropout_p(self) -> float | None:
-            return getattr(model, "input_dropout_p", None)
 
-        @input_dropout_p.setter
-        def input_dropout_p(self, p: float) -> None:
-            model.input_dropout_p = p
+class _Forward:
+    """Batch forward on ``device``; exposes the model's own input-dropout switch."""
 
-    forward = Forward()
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model, self.device = model, device
 
-    per_query = []
-    for spec in specs:
-        query = build_query(spec)
-        batches = [query(forward, x[start : start + batch_size], generator)
-                   for start in range(0, len(x), batch_size)]
-        per_query.append(torch.cat(batches))
-    return torch.stack(per_query, dim=1)
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        return self.model(batch.to(self.device)).float().cpu()
+
+    @property
+    def input_dropout_p(self) -> float | None:
+        return getattr(self.model, "input_dropout_p", None)
+
+    @input_dropout_p.setter
+    def input_dropout_p(self, p: float) -> None:
+        self.model.input_dropout_p = p
 
 
 def num_passes(specs: list[str]) -> int:
-    """Forward passes per sample that ``specs`` costs (for progress and time estimates)."""
-    return sum(build_query(spec).n for spec in specs) if specs else 0
+    """Forward passes per sample that ``specs`` costs (for progress and time estimates): a
+    draw stream costs its largest count once."""
+    passes: dict[str, int] = {}
+    for spec in specs:
+        query = build_query(spec)
+        key = query.stream or f"query {spec}"
+        passes[key] = max(passes.get(key, 0), query.n)
+    return sum(passes.values())
 
 

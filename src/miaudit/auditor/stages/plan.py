@@ -170,7 +170,7 @@ def check_work(cfg: AuditConfig, pool: Pool, models: int) -> None:
     all (queries, robust evaluation), training steps and files written. Each bound's line
     states the estimate and the override (:data:`WORK_LIMITS`)."""
     from miaudit._runtime.limits import work_limit
-    from miaudit.queries import build_query
+    from miaudit.queries import build_query, num_passes
 
     def refuse(what: str, amount: float, name: str, fix: str) -> None:
         limit = work_limit(name, WORK_LIMITS[name])
@@ -188,7 +188,7 @@ def check_work(cfg: AuditConfig, pool: Pool, models: int) -> None:
         refuse("robust_eval.steps" if spec == "robust_eval" else f"queries: {spec}", count,
                "passes_per_sample",
                f"lower {'robust_eval.steps' if spec == 'robust_eval' else 'its budget or n'}")
-    queried = models * n * sum(count for spec, count in passes.items() if spec != "robust_eval")
+    queried = models * n * num_passes(cfg.queries)  # a draw stream's queries share passes
     if robust is not None:
         queried += models * 2 * min(robust.max_samples, n) * passes["robust_eval"]
     refuse(f"{models} models x {n:,} samples x queries {sorted(passes)}", queried,

@@ -29,7 +29,7 @@ from miaudit.auditor.runfiles import WEIGHTS
 from miaudit.auditor.stages.plan import Audit, stored_models, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
-from miaudit.queries import query_outputs, stored_queries
+from miaudit.queries import build_query, query_outputs, stored_queries
 
 
 def query_key(job: ModelJob, spec: str, planned: Audit | None = None) -> str:
@@ -37,8 +37,8 @@ def query_key(job: ModelJob, spec: str, planned: Audit | None = None) -> str:
     the texts of its prefix (they come from the plan, not from the model)."""
     samples = prefix_of(job, spec, planned)
     if samples is not None:
-        spec = f"{spec}@{','.join(str(i) for i in samples)}"
-    return ids.query_identity(job.identity, spec)
+        return ids.query_identity(job.identity, f"{spec}@{','.join(str(i) for i in samples)}")
+    return ids.query_identity(job.identity, spec, build_query(spec).stream)
 
 
 def prefix_of(job: ModelJob, spec: str, planned: Audit | None) -> np.ndarray | None:
@@ -66,27 +66,48 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
         task = bar.add_task("querying", total=len(todo))
         pool_ref = executor.put(planned.pool)
 
-        def payload(job: ModelJob, spec: str, folder: Path) -> tuple[Any, ...]:
+        def payload(job: ModelJob, specs: list[str], folder: Path) -> tuple[Any, ...]:
             weights = StoredWeights(folder / WEIGHTS)
-            return (job, spec, query_seed(job.seed, spec), pool_ref, weights, device,
-                    prefix_of(job, spec, planned))
+            return (job, specs, job_seed(job.seed, specs[0]), pool_ref, weights, device,
+                    prefix_of(job, specs[0], planned))
 
         def on_done(done: Job, logits: torch.Tensor, seconds: float) -> None:
-            job, spec = done.payload[:2]
-            key = query_key(job, spec, planned)
-            logits = modality_of(planned.pool).stored(logits)
-            run.save_outputs(job.index, key, logits, {
-                "spec": spec, "model": job.identity, "seconds": round(seconds, 3)})
-            if cache is not None:
-                record, data = output_relpaths(key)
-                cache.store(job.identity, record, data, run.model_dir(job.index))
-            bar.advance(task)
+            job, specs = done.payload[:2]
+            for column, spec in enumerate(specs):
+                key = query_key(job, spec, planned)
+                outputs = modality_of(planned.pool).stored(logits[:, column])
+                run.save_outputs(job.index, key, outputs, {
+                    "spec": spec, "model": job.identity, "seconds": round(seconds, 3),
+                    "computed_with": specs})
+                if cache is not None:
+                    record, data = output_relpaths(key)
+                    cache.store(job.identity, record, data, run.model_dir(job.index))
+                bar.advance(task)
 
         with own_errors_raised():
-            executor.run([Job(job.index, payload(job, spec, folder))
-                          for job, spec, folder in todo],
+            executor.run([Job(job.index, payload(job, specs, folder))
+                          for job, specs, folder in grouped(todo)],
                          run_query_job, on_done)
     return time.perf_counter() - started
+
+
+def grouped(todo: list[tuple[ModelJob, str, Path]]) -> list[tuple[ModelJob, list[str], Path]]:
+    """One job per model and draw stream (a stream's queries share their passes: one run of the
+    largest count), one per other query."""
+    from miaudit.auditor.stages.prefix_query import is_conditional
+
+    groups: dict[tuple[int, str], tuple[ModelJob, list[str], Path]] = {}
+    for job, spec, folder in todo:
+        stream = None if is_conditional(spec) else build_query(spec).stream
+        key = (job.index, f"stream {stream}" if stream else f"query {spec}")
+        groups.setdefault(key, (job, [], folder))[1].append(spec)
+    return list(groups.values())
+
+
+def job_seed(seed: int, spec: str) -> int:
+    """Seed of one query job: a stream's, shared by its queries, else the query's own."""
+    stream = build_query(spec).stream
+    return query_seed(seed, stream if stream else spec)
 
 
 def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str, Path]]:
@@ -105,17 +126,17 @@ def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str, Pa
 
 
 def run_query_job(job: Job) -> torch.Tensor:
-    """One (model, spec) query (module level, so workers can import it): (pool x classes)
+    """One model's queries (module level, so workers can import it): (pool x specs x classes)
     logits, returned to the driver, which writes them."""
-    model_job, spec, seed, pool_ref, weights, device, prefix = job.payload
+    model_job, specs, seed, pool_ref, weights, device, prefix = job.payload
     pool = resolve(pool_ref)
     state = weights.load() if isinstance(weights, StoredWeights) else weights
     model = rebuild(model_job, pool, state, torch.device(device))
     if prefix is not None:  # a text prefix query (ReCaLL, Con-ReCall)
         from miaudit.auditor.stages.prefix_query import prefix_outputs
 
-        return prefix_outputs(model, pool.x, prefix, torch.device(device))
-    return query_outputs(model, pool.x, [spec], torch.device(device), seed)[:, 0]
+        return prefix_outputs(model, pool.x, prefix, torch.device(device))[:, None]
+    return query_outputs(model, pool.x, specs, torch.device(device), seed)
 
 
 class StoredWeights:
