@@ -96,10 +96,11 @@ def grouped(todo: list[tuple[ModelJob, str, Path]]) -> list[tuple[ModelJob, list
     largest count), one per other query."""
     from miaudit.auditor.stages.prefix_query import is_conditional
 
-    groups: dict[tuple[int, str], tuple[ModelJob, list[str], Path]] = {}
+    groups: dict[tuple[str, str], tuple[ModelJob, list[str], Path]] = {}
     for job, spec, folder in todo:
         stream = None if is_conditional(spec) else build_query(spec).stream
-        key = (job.index, f"stream {stream}" if stream else f"query {spec}")
+        # by identity, not index: a model's snapshots share its index (train.snapshots)
+        key = (job.identity, f"stream {stream}" if stream else f"query {spec}")
         groups.setdefault(key, (job, [], folder))[1].append(spec)
     return list(groups.values())
 
