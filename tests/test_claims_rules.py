@@ -109,8 +109,14 @@ def test_fixed_effects_by_hand_and_its_coverage():
                                       (b, b - Z95 * 0.05, b + Z95 * 0.05)])
         hits += low <= 0.3 <= high
     assert 0.94 <= hits / 4000 <= 0.96
-    with pytest.raises(ValueError, match="positive width"):
-        fixed_effects([(1.0, 1.0, 1.0), (1.0, 0.0, 2.0)])
+    # an exact value (zero width) would take every weight: equal weights instead, by hand
+    # (0 + 1) / 2 = 0.5, se = sqrt(0 + (1 / 1.96)^2) / 2, so the half-width is 0.5
+    value, low, high = fixed_effects([(0.0, 0.0, 0.0), (1.0, 0.0, 2.0)])
+    assert value == pytest.approx(0.5) and high - value == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="not all zero"):
+        fixed_effects([(1.0, 1.0, 1.0), (1.0, 1.0, 1.0)])
+    with pytest.raises(ValueError, match="non-negative width"):
+        fixed_effects([(1.0, 2.0, 0.0), (1.0, 0.0, 2.0)])
 
 
 @pytest.mark.parametrize(("effect", "se"), [(0.01, 0.008), (0.5, 0.4), (0.02, 0.03)])

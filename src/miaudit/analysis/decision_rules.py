@@ -68,11 +68,21 @@ def fixed_effects(estimates: list[tuple[float, float, float]]) -> tuple[float, f
     """Inverse-variance (fixed-effects) combination of independent estimates, each a value with
     its 95% interval (standard error: half the interval's width / 1.96): the pooled value with
     its 95% interval. Replicates at other seeds are independent draws of the same design, so
-    the pooled standard error is 1 / sqrt(sum of the weights)."""
+    the pooled standard error is 1 / sqrt(sum of the weights).
+
+    A zero-width interval (an exact value: e.g. two attacks that coincide at one seed, their
+    paired difference 0 in every resample) would take every weight and hide the other seeds'
+    uncertainty; then the seeds are weighted equally instead (any fixed weights give a valid
+    combination): the mean, standard error sqrt(sum se^2) / k."""
     values = np.array([e[0] for e in estimates])
     se = np.array([(e[2] - e[1]) / (2 * Z95) for e in estimates])
-    if np.any(se <= 0) or np.any(~np.isfinite(se)):
-        raise ValueError(f"fixed_effects: every interval needs a positive width, got {estimates}")
+    if np.any(se < 0) or np.any(~np.isfinite(se)) or np.all(se == 0):
+        raise ValueError(f"fixed_effects: intervals need a non-negative width, not all zero, "
+                         f"got {estimates}")
+    if np.any(se == 0):
+        pooled = float(values.mean())
+        half = Z95 * math.sqrt(float(np.sum(se ** 2))) / len(values)
+        return pooled, pooled - half, pooled + half
     weights = 1 / se ** 2
     pooled = float(np.sum(weights * values) / np.sum(weights))
     half = Z95 / math.sqrt(float(np.sum(weights)))
