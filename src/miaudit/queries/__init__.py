@@ -266,14 +266,19 @@ class _Forward:
         self.model.input_dropout_p = p
 
 
+def draws_of(spec: str) -> str:
+    """What a query's passes are computed under: its draw stream, shared with the stream's other
+    queries, else the spec itself (a stream is named like the spec of its default count)."""
+    return build_query(spec).stream or spec
+
+
 def num_passes(specs: list[str]) -> int:
     """Forward passes per sample that ``specs`` costs (for progress and time estimates): a
     draw stream costs its largest count once."""
     passes: dict[str, int] = {}
     for spec in specs:
-        query = build_query(spec)
-        key = query.stream or f"query {spec}"
-        passes[key] = max(passes.get(key, 0), query.n)
+        key = draws_of(spec)
+        passes[key] = max(passes.get(key, 0), build_query(spec).n)
     return sum(passes.values())
 
 

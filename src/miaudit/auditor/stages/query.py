@@ -29,7 +29,7 @@ from miaudit.auditor.runfiles import WEIGHTS
 from miaudit.auditor.stages.plan import Audit, stored_models, train_device
 from miaudit.auditor.stages.progress import progress_bar
 from miaudit.executors import Job, make_executor, own_errors_raised, resolve
-from miaudit.queries import build_query, query_outputs, stored_queries
+from miaudit.queries import build_query, draws_of, query_outputs, stored_queries
 
 
 def query_key(job: ModelJob, spec: str, planned: Audit | None = None) -> str:
@@ -68,8 +68,8 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
 
         def payload(job: ModelJob, specs: list[str], folder: Path) -> tuple[Any, ...]:
             weights = StoredWeights(folder / WEIGHTS)
-            return (job, specs, job_seed(job.seed, specs[0]), pool_ref, weights, device,
-                    prefix_of(job, specs[0], planned))
+            seed = query_seed(job.seed, draws_of(specs[0]))
+            return (job, specs, seed, pool_ref, weights, device, prefix_of(job, specs[0], planned))
 
         def on_done(done: Job, logits: torch.Tensor, seconds: float) -> None:
             job, specs = done.payload[:2]
@@ -94,21 +94,11 @@ def query_stage(run: RunDir, planned: Audit, console: Console, show_progress: bo
 def grouped(todo: list[tuple[ModelJob, str, Path]]) -> list[tuple[ModelJob, list[str], Path]]:
     """One job per model and draw stream (a stream's queries share their passes: one run of the
     largest count), one per other query."""
-    from miaudit.auditor.stages.prefix_query import is_conditional
-
     groups: dict[tuple[str, str], tuple[ModelJob, list[str], Path]] = {}
     for job, spec, folder in todo:
-        stream = None if is_conditional(spec) else build_query(spec).stream
         # by identity, not index: a model's snapshots share its index (train.snapshots)
-        key = (job.identity, f"stream {stream}" if stream else f"query {spec}")
-        groups.setdefault(key, (job, [], folder))[1].append(spec)
+        groups.setdefault((job.identity, draws_of(spec)), (job, [], folder))[1].append(spec)
     return list(groups.values())
-
-
-def job_seed(seed: int, spec: str) -> int:
-    """Seed of one query job: a stream's, shared by its queries, else the query's own."""
-    stream = build_query(spec).stream
-    return query_seed(seed, stream if stream else spec)
 
 
 def missing_outputs(run: RunDir, planned: Audit) -> list[tuple[ModelJob, str, Path]]:
@@ -166,5 +156,6 @@ def fetch_output(cache: ModelCache, run: RunDir, job: ModelJob, key: str) -> boo
 
 
 def query_seed(seed: int, spec: str) -> int:
-    """Seed of one model's query: stochastic queries are reproducible per (model, spec)."""
+    """Seed of one model's query job (``spec``: the job's :func:`draws_of`): stochastic
+    queries are reproducible per (model, spec or draw stream)."""
     return int(np.random.SeedSequence([seed, zlib.crc32(spec.encode())]).generate_state(1)[0])
