@@ -61,6 +61,7 @@ from miaudit.analysis import (
     fixed_effects,
     holm,
     interval_p,
+    jackknife_quantile,
     scale_for_power,
     side_se,
     tost_p,
@@ -259,7 +260,7 @@ def widened(found: Interval, table: dict, key: str) -> Interval:
     if se is None or math.isnan(se):
         return found
     value, low, high = found
-    spread = t.ppf(0.975, len(block["memorization_models"]) - 1) * se
+    spread = jackknife_quantile(len(block["memorization_models"])) * se
     return (value, value - math.hypot(value - low, spread),
             value + math.hypot(high - value, spread))
 

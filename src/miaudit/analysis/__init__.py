@@ -11,6 +11,7 @@ from typing import Any
 
 # eager: the submodule ``memorization`` would otherwise shadow the function of that name
 from miaudit.analysis.memorization import (  # noqa: F401 (public, named in __all__)
+    jackknife_quantile,
     memorization,
     memorization_analysis,
     memorization_bins,
@@ -30,8 +31,8 @@ _HOMES = {
     **dict.fromkeys(("paired_run_difference", "paired_difference", "NotPaired"),
                     "paired_runs"),
 }
-__all__ = sorted([*_HOMES, "memorization", "memorization_analysis", "memorization_bins",
-                  "plot_memorization_analysis"])
+__all__ = sorted([*_HOMES, "jackknife_quantile", "memorization", "memorization_analysis",
+                  "memorization_bins", "plot_memorization_analysis"])
 
 
 def __getattr__(name: str) -> Any:

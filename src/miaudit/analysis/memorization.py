@@ -228,6 +228,12 @@ HEADLINES = {  # the summaries whose jackknife interval over memorization models
 }
 
 
+def jackknife_quantile(family_size: int) -> float:
+    """The multiplier q of the jackknife's 95% interval t +- q se over a memorization family of
+    ``family_size`` models: Student's 97.5% quantile on family_size - 1 degrees of freedom."""
+    return float(student_t.ppf(0.975, family_size - 1))
+
+
 def _jackknife(table: dict[str, Any], correct: np.ndarray, keep: np.ndarray,
                member: np.ndarray, loss: np.ndarray, target_correct: np.ndarray,
                above: np.ndarray, scores: np.ndarray, bins: int) -> dict[str, Any]:
@@ -245,7 +251,7 @@ def _jackknife(table: dict[str, Any], correct: np.ndarray, keep: np.ndarray,
         dropped = [_summaries(_mem_of(correct[rest], keep[rest]), member, loss, target_correct,
                               above, scores, bins)
                    for rest in (np.delete(np.arange(count), i) for i in range(count))]
-    quantile = float(student_t.ppf(0.975, count - 1))
+    quantile = jackknife_quantile(count)
     se, ci95, bias = {}, {}, {}
     for key, pick in HEADLINES.items():
         estimate = pick(table)
