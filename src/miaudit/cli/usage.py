@@ -19,6 +19,7 @@ import typer.core
 from typer.core import TyperGroup
 
 from miaudit.cli.errors import fail
+from miaudit.cli.interrupts import held_during_imports
 
 # the click that typer runs on: recent typer vendors it as typer._click, earlier ones import it
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -38,7 +39,8 @@ class OneLineErrors(TyperGroup):
         if not recording_warnings():  # a caller that records warnings keeps them
             warnings.showwarning = one_line_warning
         try:
-            self._main_standalone(*args, **kwargs)
+            with held_during_imports():
+                self._main_standalone(*args, **kwargs)
         finally:
             warnings.showwarning = shown
 
