@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -40,6 +41,25 @@ def shared_data() -> Path:
     if path is None:
         pytest.skip("shared data copy (../shared/data or $MIAUDIT_SHARED_DATA) is absent")
     return path
+
+
+def sigint_as_a_terminal_sends_it() -> None:
+    """Ctrl-C tests: a pytest worker can hold SIGINT blocked or ignored after an earlier test
+    file's libraries, and a child inherits both across exec (the Ctrl-C tests then waited
+    forever); a terminal's Ctrl-C reaches a process whose SIGINT is neither. For
+    ``subprocess.Popen(preexec_fn=...)``, and in this process through ``sigint_delivered``."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture
+def sigint_delivered():
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    handler = signal.getsignal(signal.SIGINT)
+    sigint_as_a_terminal_sends_it()
+    yield
+    signal.signal(signal.SIGINT, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @pytest.fixture(autouse=True)

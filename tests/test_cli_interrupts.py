@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from conftest import REPO, tiny_audit
+from conftest import REPO, sigint_as_a_terminal_sends_it, tiny_audit
 from miaudit.cli.interrupts import held_during_imports, importing
 
 # Imported, this module interrupts its own process, then finishes importing (a slow import).
@@ -43,7 +43,7 @@ def interrupting_module(tmp_path, monkeypatch):
 
 
 def test_without_the_handler_an_interrupt_inside_a_swallowing_import_is_lost(
-        interrupting_module):
+        interrupting_module, sigint_delivered):
     # the defect itself, with Python's default handler: the import is cut short and the
     # KeyboardInterrupt vanishes (the command would run on)
     _import_swallowing_errors(interrupting_module)
@@ -51,7 +51,8 @@ def test_without_the_handler_an_interrupt_inside_a_swallowing_import_is_lost(
     assert interrupting_module not in sys.modules  # cut half-way, and nothing raised
 
 
-def test_with_the_handler_it_surfaces_once_the_import_has_finished(interrupting_module):
+def test_with_the_handler_it_surfaces_once_the_import_has_finished(interrupting_module,
+                                                                   sigint_delivered):
     with held_during_imports(), pytest.raises(KeyboardInterrupt):
         _import_swallowing_errors(interrupting_module)
         assert sys.modules[interrupting_module].FINISHED  # the import ran to its end
@@ -59,7 +60,7 @@ def test_with_the_handler_it_surfaces_once_the_import_has_finished(interrupting_
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
-def test_outside_imports_it_raises_at_once():
+def test_outside_imports_it_raises_at_once(sigint_delivered):
     started = time.monotonic()
     with held_during_imports(), pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
@@ -67,7 +68,7 @@ def test_outside_imports_it_raises_at_once():
     assert time.monotonic() - started < 1.0
 
 
-def test_a_callers_own_handler_is_left_alone():
+def test_a_callers_own_handler_is_left_alone(sigint_delivered):
     seen = []
     previous = signal.signal(signal.SIGINT, lambda *_: seen.append(1))
     try:
@@ -102,7 +103,8 @@ def test_ctrl_c_in_the_first_second_of_an_audit_stops_it(tmp_path):
     for delay in (0.3, 0.45, 0.6, 1.0):
         process = subprocess.Popen(
             [sys.executable, "-m", "miaudit.cli", "audit", "--config", str(path), "--quiet"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=sigint_as_a_terminal_sends_it)
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)

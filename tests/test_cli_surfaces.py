@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from conftest import REPO, tiny_audit
+from conftest import REPO, sigint_as_a_terminal_sends_it, tiny_audit
 from miaudit.cli import app
 from miaudit.version import __version__
 
@@ -61,7 +61,8 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     process = subprocess.Popen([sys.executable, "-m", "miaudit.cli", "audit", "--config",
                                 str(path), "--quiet"], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=sigint_as_a_terminal_sends_it)
     runs = tmp_path / "runs"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any(runs.glob("*/manifest.json")):
